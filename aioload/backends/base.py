@@ -1,0 +1,49 @@
+"""The interface between the scheduler and the places where fetches run.
+
+The scheduler numbers batches and hands each one to a backend with
+:meth:`Backend.submit`; the backend reports back through the
+:class:`Completion` callback it was opened with, exactly once per submitted
+batch, from the loop thread — at once (a fetch that finished inside
+``submit``) or later (a task, a thread, a worker process).
+
+For a map-style dataset ``keys`` is the batch's list of keys (one key when
+automatic batching is off). For an iterable dataset ``keys`` is None and means
+"the next batch of your stream"; a backend whose stream has run dry answers
+``exhausted=True`` and the scheduler stops asking once :attr:`Backend.exhausted`
+is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["Backend", "Completion"]
+
+
+class Completion(Protocol):
+    """Called once per submitted batch with its result, its error, or exhaustion."""
+
+    def __call__(
+        self,
+        seq: int,
+        batch: Any = None,
+        error: BaseException | None = None,
+        exhausted: bool = False,
+    ) -> None: ...
+
+
+class Backend(Protocol):
+    """Where the fetches of one epoch run (see the module docstring)."""
+
+    @property
+    def exhausted(self) -> bool:
+        """True once an iterable source will produce no more batches."""
+        ...
+
+    def submit(self, seq: int, keys: Any) -> None:
+        """Starts fetching batch ``seq``; the result goes to the completion callback."""
+        ...
+
+    async def aclose(self) -> None:
+        """Releases what the backend holds for this epoch (tasks end with the scope)."""
+        ...

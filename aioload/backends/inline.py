@@ -1,0 +1,225 @@
+"""The inline backend (``num_workers=0``): fetches run on the loader's event loop.
+
+- Async datasets are awaited on the loop; the items of every batch in the
+  window run concurrently through one :class:`~aioload.eager.ItemPool`, capped
+  at ``concurrency`` items in flight.
+- Sync datasets are read in a worker thread when the loop belongs to the
+  caller (``async for``), so the caller's loop never blocks: one fetch at a
+  time, or up to ``concurrency`` threads' worth when the dataset declares
+  ``thread_safe = True``. Under the sync facade the loop is aioload's own and
+  nothing else runs on it, so a sync fetch is called right there, which is
+  cheaper than a thread hop.
+- ``collate_fn`` runs where the fetch ran.
+- Iterable datasets are read in order, one batch after the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from aioload.backends.base import Completion
+from aioload.eager import ItemPool
+from aioload.fetch import Fetcher
+
+__all__ = ["InlineBackend"]
+
+_THREADS_FOR_THREAD_SAFE = 8
+_END = object()  # a stream ran dry (StopIteration cannot cross a thread's future)
+
+
+class InlineBackend:
+    """Runs an epoch's fetches on the running event loop (see the module docstring).
+
+    Args:
+        fetcher: reads the dataset.
+        collate_fn: turns a list of samples (or one sample when automatic
+            batching is off) into the batch.
+        batch_size: samples per batch for iterable datasets, or None when
+            automatic batching is off.
+        drop_last: drop an iterable dataset's last incomplete batch.
+        concurrency: the most async item fetches in flight.
+        offload_sync: read sync datasets in a thread (the loop is the caller's).
+        task_group: the epoch's scope; every task this backend starts lives in it.
+        complete: where results go.
+    """
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        collate_fn: Callable[[Any], Any],
+        *,
+        batch_size: int | None,
+        drop_last: bool,
+        concurrency: int,
+        offload_sync: bool,
+        task_group: anyio.abc.TaskGroup,
+        complete: Completion,
+    ) -> None:
+        self._fetcher = fetcher
+        self._collate = collate_fn
+        self._batch_size = batch_size
+        self._drop_last = drop_last
+        self._tg = task_group
+        self._complete = complete
+        self._exhausted = False
+        protocol = fetcher.protocol
+        self._is_async = protocol.is_async
+        self._offload = offload_sync and not protocol.is_async
+        self._pool = ItemPool(concurrency, task_group.start_soon)
+        self._threads = anyio.CapacityLimiter(
+            min(concurrency, _THREADS_FOR_THREAD_SAFE) if protocol.thread_safe else 1
+        )
+        self._sync_stream: Iterator[Any] | None = None
+        self._async_stream: AsyncIterator[Any] | None = None
+        self._stream_lock = asyncio.Lock()
+        if protocol.iterable:
+            if protocol.is_async:
+                self._async_stream = fetcher.stream()
+            else:
+                self._sync_stream = fetcher.stream_sync()
+            self._submit: Callable[[int, Any], None] = self._submit_stream
+        elif self._is_async:
+            self._submit = self._submit_async
+        elif self._offload:
+            self._submit = self._submit_threaded
+        else:
+            self._submit = self._submit_now
+
+    @property
+    def exhausted(self) -> bool:
+        return self._exhausted
+
+    def submit(self, seq: int, keys: Any) -> None:
+        self._submit(seq, keys)
+
+    async def aclose(self) -> None:
+        stream = self._async_stream
+        if stream is not None and hasattr(stream, "aclose"):
+            await stream.aclose()
+
+    # -- map-style -------------------------------------------------------
+
+    def _read_sync(self, keys: Any) -> Any:
+        if self._batch_size is None and not isinstance(keys, list):
+            return self._collate(self._fetcher.fetch_one_sync(keys))
+        return self._collate(self._fetcher.fetch_sync(keys))
+
+    def _submit_now(self, seq: int, keys: Any) -> None:
+        try:
+            batch = self._read_sync(keys)
+        except Exception as error:
+            self._complete(seq, error=error)
+        else:
+            self._complete(seq, batch)
+
+    def _submit_threaded(self, seq: int, keys: Any) -> None:
+        self._tg.start_soon(self._threaded, seq, keys)
+
+    async def _threaded(self, seq: int, keys: Any) -> None:
+        try:
+            batch = await anyio.to_thread.run_sync(self._read_sync, keys, limiter=self._threads)
+        except Exception as error:
+            self._complete(seq, error=error)
+        else:
+            self._complete(seq, batch)
+
+    def _submit_async(self, seq: int, keys: Any) -> None:
+        self._tg.start_soon(self._fetch_async, seq, keys)
+
+    async def _fetch_async(self, seq: int, keys: Any) -> None:
+        try:
+            if self._batch_size is None and not isinstance(keys, list):
+                batch = self._collate(await self._fetcher.fetch_one(keys, self._pool))
+            else:
+                batch = self._collate(await self._fetcher.fetch(keys, self._pool))
+        except Exception as error:
+            self._complete(seq, error=error)
+        else:
+            self._complete(seq, batch)
+
+    # -- iterable --------------------------------------------------------
+
+    def _submit_stream(self, seq: int, keys: Any) -> None:
+        if self._sync_stream is not None and not self._offload:
+            self._finish_stream(seq, self._next_sync_batch)
+        else:
+            self._tg.start_soon(self._stream_batch, seq)
+
+    async def _stream_batch(self, seq: int) -> None:
+        # The lock is FIFO, so batches leave the stream in submission order.
+        async with self._stream_lock:
+            if self._exhausted:
+                self._complete(seq, exhausted=True)
+            elif self._async_stream is not None:
+                await self._finish_stream_async(seq)
+            else:
+                try:
+                    batch = await anyio.to_thread.run_sync(
+                        self._next_sync_batch, limiter=self._threads
+                    )
+                except Exception as error:
+                    self._complete(seq, error=error)
+                else:
+                    self._deliver_stream_batch(seq, batch)
+
+    def _finish_stream(self, seq: int, read: Callable[[], Any]) -> None:
+        if self._exhausted:
+            self._complete(seq, exhausted=True)
+            return
+        try:
+            batch = read()
+        except Exception as error:
+            self._complete(seq, error=error)
+        else:
+            self._deliver_stream_batch(seq, batch)
+
+    def _deliver_stream_batch(self, seq: int, batch: Any) -> None:
+        if batch is _END:
+            self._exhausted = True
+            self._complete(seq, exhausted=True)
+        else:
+            self._complete(seq, batch)
+
+    def _next_sync_batch(self) -> Any:
+        """The next batch of a sync stream, or ``_END`` when there is none."""
+        stream = self._sync_stream
+        assert stream is not None
+        if self._batch_size is None:
+            sample = next(stream, _END)
+            return sample if sample is _END else self._collate(sample)
+        samples = []
+        for sample in stream:
+            samples.append(sample)
+            if len(samples) == self._batch_size:
+                break
+        return self._collate_stream_batch(samples)
+
+    async def _finish_stream_async(self, seq: int) -> None:
+        stream = self._async_stream
+        assert stream is not None
+        try:
+            if self._batch_size is None:
+                sample = await anext(stream, _END)
+                batch = sample if sample is _END else self._collate(sample)
+            else:
+                samples = []
+                async for sample in stream:
+                    samples.append(sample)
+                    if len(samples) == self._batch_size:
+                        break
+                batch = self._collate_stream_batch(samples)
+        except Exception as error:
+            self._complete(seq, error=error)
+        else:
+            self._deliver_stream_batch(seq, batch)
+
+    def _collate_stream_batch(self, samples: list[Any]) -> Any:
+        if not samples or (self._drop_last and len(samples) < (self._batch_size or 0)):
+            return _END
+        return self._collate(samples)

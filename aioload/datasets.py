@@ -1,0 +1,456 @@
+"""Datasets: the map-style and iterable-style containers that a loader reads.
+
+The classes mirror ``torch.utils.data``'s, over numpy and without torch, and
+accept coroutine-based datasets too: a map-style dataset may define
+``async def __getitem__`` (and/or ``async def __getitems__``), an iterable one
+may define ``__aiter__``. :mod:`aioload.fetch` tells the loader which protocol a
+dataset speaks.
+
+As in torch, subclassing is optional: any object with ``__getitem__`` is a
+map-style dataset, and any object with ``__iter__`` or ``__aiter__`` but no
+``__getitem__`` is an iterable one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import math
+import warnings
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "ArrayDataset",
+    "ChainDataset",
+    "ConcatDataset",
+    "Dataset",
+    "IterableDataset",
+    "StackDataset",
+    "Subset",
+    "TensorDataset",
+    "random_split",
+]
+
+T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
+
+
+class Dataset(Generic[T_co]):
+    """An abstract map-style dataset: a mapping from keys to samples.
+
+    Subclasses override ``__getitem__`` (sync or ``async def``) and usually
+    ``__len__``, which samplers and the loader use for the dataset's size. They
+    may also define ``__getitems__(keys)`` to read a whole batch at once (a bulk
+    database query, one read of a contiguous block); the loader then calls it
+    instead of ``__getitem__`` once per key.
+
+    ``a + b`` concatenates two datasets into a :class:`ConcatDataset`.
+
+    Example::
+
+        >>> class Squares(Dataset[int]):
+        ...     def __getitem__(self, i): return i * i
+        ...     def __len__(self): return 10
+        >>> Squares()[3]
+        9
+        >>> len(Squares() + Squares())
+        20
+    """
+
+    def __getitem__(self, index: Any) -> T_co:
+        raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
+
+    def __add__(self, other: Dataset[T_co]) -> ConcatDataset[T_co]:
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Generic[T_co]):
+    """An abstract iterable-style dataset: a stream of samples.
+
+    Subclasses define ``__iter__`` or ``__aiter__`` (an async generator, for
+    streams that await I/O). With worker processes every worker iterates its
+    own copy; use :func:`aioload.get_worker_info` inside ``__iter__`` to give
+    each worker its own share, as with torch.
+
+    ``a + b`` chains two iterable datasets into a :class:`ChainDataset`.
+
+    Example::
+
+        >>> class Count(IterableDataset[int]):
+        ...     def __init__(self, n): self.n = n
+        ...     def __iter__(self): return iter(range(self.n))
+        >>> list(Count(2) + Count(3))
+        [0, 1, 0, 1, 2]
+    """
+
+    def __add__(self, other: Any) -> ChainDataset:
+        return ChainDataset([self, other])
+
+
+def _is_iterable_dataset(dataset: Any) -> bool:
+    if isinstance(dataset, IterableDataset):
+        return True
+    kind = type(dataset)
+    return not hasattr(kind, "__getitem__") and (
+        hasattr(kind, "__iter__") or hasattr(kind, "__aiter__")
+    )
+
+
+def _has_len(obj: Any) -> bool:
+    return hasattr(type(obj), "__len__")
+
+
+def _len(obj: Any) -> int:
+    return len(obj)
+
+
+def _as_rows(array: Any) -> int:
+    shape = getattr(array, "shape", None)
+    if shape is None:
+        return len(array)
+    if len(shape) == 0:
+        raise ValueError("ArrayDataset needs arrays with at least one dimension; got a 0-d array")
+    return int(shape[0])
+
+
+class ArrayDataset(Dataset[tuple[Any, ...]]):
+    """A dataset of rows of equally long arrays (torch's ``TensorDataset``).
+
+    Sample ``i`` is ``tuple(array[i] for array in arrays)``.
+
+    Args:
+        *arrays: numpy arrays (or anything indexable with a ``shape`` or a
+            ``len``) whose first dimensions are equal.
+
+    Example::
+
+        >>> import numpy as np
+        >>> ds = ArrayDataset(np.arange(6).reshape(3, 2), np.array([0, 1, 0]))
+        >>> ds[1]
+        (array([2, 3]), np.int64(1))
+    """
+
+    def __init__(self, *arrays: Any) -> None:
+        if not arrays:
+            raise ValueError("ArrayDataset needs at least one array")
+        sizes = [_as_rows(a) for a in arrays]
+        if any(size != sizes[0] for size in sizes):
+            raise ValueError(
+                f"Size mismatch between tensors: first dimensions are {sizes}; "
+                "all arrays must have the same size in the first dimension"
+            )
+        self.arrays = arrays
+        self.tensors = arrays  # torch's attribute name
+
+    def __getitem__(self, index: Any) -> tuple[Any, ...]:
+        return tuple(array[index] for array in self.arrays)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, ...]]:
+        # One fancy-indexing read per array instead of one per key and array.
+        columns = [np.asarray(array)[np.asarray(indices, dtype=np.intp)] for array in self.arrays]
+        return list(zip(*columns, strict=True))
+
+    def __len__(self) -> int:
+        return _as_rows(self.arrays[0])
+
+
+TensorDataset = ArrayDataset
+
+
+class StackDataset(Dataset[Any]):
+    """Stacks several datasets of equal length into one of tuples or dicts.
+
+    Pass the datasets positionally for tuple samples, or as keywords for dict
+    samples (not both). Members may be async datasets: then the items of the
+    stack are awaitable and resolve to the tuple or dict.
+
+    Example::
+
+        >>> images, labels = [10, 11, 12], [0, 1, 0]
+        >>> StackDataset(images, labels)[1]
+        (11, 1)
+        >>> StackDataset(image=images, label=labels)[2]
+        {'image': 12, 'label': 0}
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args and kwargs:
+            raise ValueError(
+                "Supported either ``tuple``- (via ``args``) or"
+                "``dict``- (via ``kwargs``) like input/output, but both types are given."
+            )
+        members: list[Any] = list(args) if args else list(kwargs.values())
+        if not members:
+            raise ValueError("At least one dataset should be passed")
+        for member in members:
+            if _is_iterable_dataset(member) or not _has_len(member):
+                raise TypeError(
+                    f"StackDataset members must be map-style datasets with a length; "
+                    f"got {type(member).__name__}"
+                )
+        self._length = _len(members[0])
+        if any(_len(m) != self._length for m in members):
+            raise ValueError("Size mismatch between datasets")
+        self.datasets: tuple[Any, ...] | dict[str, Any] = tuple(args) if args else dict(kwargs)
+        self._keys: list[str] | None = None if args else list(kwargs)
+        self._members = members
+        self._async = any(_getitem_is_async(m) for m in members)
+
+    def __getitem__(self, index: Any) -> Any:
+        parts = [member[index] for member in self._members]
+        if self._async:
+            return self._gather(parts)
+        return self._assemble(parts)
+
+    async def _gather(self, parts: list[Any]) -> Any:
+        return self._assemble([await p if inspect.isawaitable(p) else p for p in parts])
+
+    def _assemble(self, parts: list[Any]) -> Any:
+        if self._keys is None:
+            return tuple(parts)
+        return dict(zip(self._keys, parts, strict=True))
+
+    def __len__(self) -> int:
+        return self._length
+
+
+def _getitem_is_async(dataset: Any) -> bool:
+    if isinstance(dataset, (ConcatDataset, StackDataset)):
+        return dataset._async
+    if isinstance(dataset, Subset):
+        return _getitem_is_async(dataset.dataset)
+    method = getattr(type(dataset), "__getitem__", None)
+    return method is not None and inspect.iscoroutinefunction(method)
+
+
+class ConcatDataset(Dataset[T_co]):
+    """Concatenates map-style datasets end to end.
+
+    Indices run through the members in order; negative indices count from the
+    end. Members may be async datasets: the item for index ``i`` is awaitable
+    exactly when the member that holds ``i`` is async.
+
+    Args:
+        datasets: map-style datasets with a length (iterable datasets belong
+            in a :class:`ChainDataset`).
+
+    Example::
+
+        >>> ds = ConcatDataset([[0, 1], [2, 3, 4]])
+        >>> ds.cumulative_sizes, ds[3], ds[-1]
+        ([2, 5], 3, 4)
+    """
+
+    datasets: list[Any]
+    cumulative_sizes: list[int]
+
+    @staticmethod
+    def cumsum(sequence: Iterable[Any]) -> list[int]:
+        """Running totals of the members' lengths."""
+        totals: list[int] = []
+        running = 0
+        for member in sequence:
+            running += _len(member)
+            totals.append(running)
+        return totals
+
+    def __init__(self, datasets: Iterable[Any]) -> None:
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("datasets should not be an empty iterable")
+        for member in self.datasets:
+            if _is_iterable_dataset(member):
+                raise TypeError(
+                    "ConcatDataset does not support IterableDataset members "
+                    f"(got {type(member).__name__}); use ChainDataset for iterable datasets"
+                )
+            if not _has_len(member):
+                raise TypeError(
+                    f"ConcatDataset members need a length; {type(member).__name__} has no __len__"
+                )
+        self.cumulative_sizes = self.cumsum(self.datasets)
+        self._async = any(_getitem_is_async(m) for m in self.datasets)
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, idx: int) -> Any:
+        member, local = self._locate(idx)
+        return self.datasets[member][local]
+
+    def _locate(self, idx: int) -> tuple[int, int]:
+        if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            idx = len(self) + idx
+        member = bisect.bisect_right(self.cumulative_sizes, idx)
+        if member >= len(self.datasets):
+            raise IndexError(f"index {idx} is out of range for a dataset of length {len(self)}")
+        start = self.cumulative_sizes[member - 1] if member > 0 else 0
+        return member, idx - start
+
+
+class ChainDataset(IterableDataset[Any]):
+    """Chains iterable datasets, sync or async, one after the other.
+
+    Iterating synchronously needs every member to be sync; ``async for`` works
+    with any mix (sync members are iterated inline, which is right for cheap
+    in-memory streams; put slow sync I/O behind ``__aiter__``).
+
+    Example::
+
+        >>> list(ChainDataset([range(2), range(3)]))
+        [0, 1, 0, 1, 2]
+    """
+
+    def __init__(self, datasets: Iterable[Any]) -> None:
+        self.datasets = list(datasets)
+        for member in self.datasets:
+            if not (_is_iterable_dataset(member) or hasattr(type(member), "__iter__")):
+                raise TypeError(
+                    f"ChainDataset only supports iterable datasets; got {type(member).__name__}"
+                )
+
+    def __iter__(self) -> Iterator[Any]:
+        for member in self.datasets:
+            if not hasattr(type(member), "__iter__"):
+                raise TypeError(
+                    f"{type(member).__name__} is async-only (it has __aiter__ but no __iter__); "
+                    "iterate the ChainDataset with `async for`"
+                )
+            yield from member
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        for member in self.datasets:
+            if hasattr(type(member), "__aiter__"):
+                async for sample in member:
+                    yield sample
+            else:
+                for sample in member:
+                    yield sample
+
+    def __len__(self) -> int:
+        total = 0
+        for member in self.datasets:
+            if not _has_len(member):
+                raise TypeError(f"{type(member).__name__} has no __len__")
+            total += _len(member)
+        return total
+
+
+class Subset(Dataset[T_co]):
+    """The part of a dataset at the given indices.
+
+    Args:
+        dataset: the whole dataset (sync or async).
+        indices: indices into ``dataset``, in the order of the subset.
+
+    Example::
+
+        >>> Subset(["a", "b", "c", "d"], [3, 0])[0]
+        'd'
+    """
+
+    def __init__(self, dataset: Any, indices: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.indices = indices
+
+    def __getitem__(self, idx: Any) -> Any:
+        if isinstance(idx, list):
+            return self.dataset[[self.indices[i] for i in idx]]
+        return self.dataset[self.indices[idx]]
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        # Forward a batched read to the parent when it has one, as torch does.
+        keys = [self.indices[i] for i in indices]
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if callable(getitems):
+            return getitems(keys)
+        # Items of an async parent stay awaitables here; the loader awaits them
+        # concurrently (see aioload.fetch).
+        return [self.dataset[k] for k in keys]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def _as_generator(generator: np.random.Generator | int | None) -> np.random.Generator:
+    if generator is None:
+        return np.random.default_rng()
+    if isinstance(generator, np.random.Generator):
+        return generator
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+        return np.random.default_rng(int(generator))
+    raise TypeError(
+        f"generator must be a numpy.random.Generator, an int seed or None; "
+        f"got {type(generator).__name__}"
+    )
+
+
+def random_split(
+    dataset: Any,
+    lengths: Sequence[int | float],
+    generator: np.random.Generator | int | None = None,
+) -> list[Subset[Any]]:
+    """Randomly splits a dataset into non-overlapping subsets of given lengths.
+
+    ``lengths`` are either integers summing to ``len(dataset)`` or fractions
+    summing to 1; fractions become ``floor(frac * len(dataset))`` each, and the
+    remainder is handed out one by one, round-robin, as torch does.
+
+    Args:
+        dataset: a map-style dataset with a length.
+        lengths: sizes or fractions of the splits.
+        generator: a ``numpy.random.Generator`` or an int seed; the same seed
+            gives the same split.
+
+    Example::
+
+        >>> [len(s) for s in random_split(range(30), [0.3, 0.3, 0.4], generator=42)]
+        [9, 9, 12]
+    """
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+        raise TypeError(f"lengths must be a sequence of ints or floats; got {lengths!r}")
+    if not lengths:
+        raise ValueError("lengths must not be empty")
+    n = _len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        lengths = _fractions_to_lengths(lengths, n)
+    elif any(isinstance(x, float) for x in lengths):
+        raise ValueError(f"fractions must sum to 1; got {list(lengths)!r} (sum {sum(lengths)})")
+    for length in lengths:
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+            raise TypeError(f"lengths must be all ints or all fractions; got {list(lengths)!r}")
+        if length < 0:
+            raise ValueError(f"lengths must not be negative; got {list(lengths)!r}")
+    if sum(lengths) != n:
+        raise ValueError(
+            "Sum of input lengths does not equal the length of the input dataset! "
+            f"(lengths {list(lengths)} sum to {sum(lengths)}, the dataset has {n} items)"
+        )
+    order = _as_generator(generator).permutation(n).tolist()
+    splits: list[Subset[Any]] = []
+    start = 0
+    for length in lengths:
+        splits.append(Subset(dataset, order[start : start + int(length)]))
+        start += int(length)
+    return splits
+
+
+def _fractions_to_lengths(fractions: Sequence[int | float], n: int) -> list[int]:
+    for frac in fractions:
+        if not 0 <= frac <= 1:
+            raise ValueError(f"Fraction at index {fractions.index(frac)} is not between 0 and 1")
+    lengths = [math.floor(n * frac) for frac in fractions]
+    for i in range(n - sum(lengths)):
+        lengths[i % len(lengths)] += 1
+    for i, length in enumerate(lengths):
+        if length == 0:
+            warnings.warn(
+                f"Length of split at index {i} is 0. This might result in an empty dataset.",
+                stacklevel=3,
+            )
+    return lengths

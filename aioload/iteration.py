@@ -1,0 +1,221 @@
+"""The two ways to iterate a loader, over one async pipeline.
+
+- :class:`AsyncBatchIterator` (``async for``): the epoch's driver is a task on
+  the caller's event loop; batches reach the caller through a
+  :class:`~aioload.handoff.LoopOutput`.
+- :class:`SyncBatchIterator` (``for``): the same driver runs on aioload's own
+  uvloop loop in a background thread, which lives exactly as long as the
+  epoch; batches cross to the caller through a
+  :class:`~aioload.handoff.ThreadOutput`, so fetching overlaps the caller's
+  compute.
+
+Shutdown: leaving the loop early — ``break``, an exception in the loop body,
+``aclose()``/``close()``, the iterator being garbage-collected, Ctrl-C — cancels
+the driver, which cancels every task of the epoch and joins its threads; the
+sync facade then joins its loop thread. Nothing the epoch started outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
+from aioload.scheduler import Epoch, LoaderTimeoutError
+
+__all__ = ["AsyncBatchIterator", "SyncBatchIterator", "new_event_loop"]
+
+EpochFactory = Callable[[asyncio.AbstractEventLoop, LoopOutput | ThreadOutput, bool], Epoch]
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop where uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def _timeout_error(epoch: Epoch, timeout: float) -> LoaderTimeoutError:
+    seq, keys = epoch.stalled()
+    described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
+    return LoaderTimeoutError(f"DataLoader timed out after {timeout} seconds waiting for {described}")
+
+
+class AsyncBatchIterator:
+    """One epoch of a loader, iterated with ``async for`` (see the module docstring).
+
+    Example::
+
+        async for batch in loader:   # loader.__aiter__() makes one of these
+            ...
+    """
+
+    def __init__(self, new_epoch: EpochFactory, timeout: float) -> None:
+        self._new_epoch = new_epoch
+        self._timeout = timeout
+        self._epoch: Epoch | None = None
+        self._output: LoopOutput | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._finished = False
+
+    def __aiter__(self) -> AsyncBatchIterator:
+        return self
+
+    def _start(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        output = self._output = LoopOutput(loop)
+        self._epoch = self._new_epoch(loop, output, True)
+        self._driver = loop.create_task(self._epoch.run(), name="aioload-epoch")
+        self._driver.add_done_callback(self._driver_done)
+
+    def _driver_done(self, driver: asyncio.Task[None]) -> None:
+        if driver.cancelled() or self._output is None:
+            return
+        error = driver.exception()
+        if error is not None:
+            self._output.put(Delivery(-1, error=error))
+            self._output.put(END)
+
+    async def __anext__(self) -> Any:
+        if self._driver is None:
+            if self._finished:
+                raise StopAsyncIteration
+            self._start()
+        output, epoch = self._output, self._epoch
+        assert output is not None and epoch is not None
+        delivery = output.get_nowait()
+        if delivery is None:
+            if self._timeout > 0:
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        await output.wait()
+                except TimeoutError:
+                    raise _timeout_error(epoch, self._timeout) from None
+            else:
+                await output.wait()
+            delivery = output.get_nowait()
+            assert delivery is not None
+        if delivery is END:
+            await self.aclose()
+            raise StopAsyncIteration
+        if delivery.seq >= 0:
+            epoch.release()
+        if delivery.error is not None:
+            raise delivery.error
+        return delivery.batch
+
+    async def aclose(self) -> None:
+        """Stops the epoch and waits until everything it started has ended."""
+        self._finished = True
+        driver = self._driver
+        if driver is not None and not driver.done():
+            driver.cancel()
+            await asyncio.wait({driver})
+
+    def __del__(self) -> None:
+        driver, loop = self._driver, self._loop
+        if driver is not None and loop is not None and not driver.done():
+            try:
+                loop.call_soon_threadsafe(driver.cancel)
+            except RuntimeError:  # the loop is already closed
+                pass
+
+
+class SyncBatchIterator:
+    """One epoch of a loader, iterated with plain ``for`` (see the module docstring).
+
+    Example::
+
+        for batch in loader:   # loader.__iter__() makes one of these
+            ...
+    """
+
+    def __init__(self, new_epoch: EpochFactory, timeout: float) -> None:
+        self._new_epoch = new_epoch
+        self._timeout = timeout
+        self._output = ThreadOutput()
+        self._epoch: Epoch | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._driver: asyncio.Task[Any] | None = None
+        self._closed = False
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run_loop, args=(started,), name="aioload-loop", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+
+    def __iter__(self) -> SyncBatchIterator:
+        return self
+
+    def _run_loop(self, started: threading.Event) -> None:
+        try:
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                runner.run(self._drive(started))
+        except asyncio.CancelledError:
+            pass  # close() stopped the epoch
+        finally:
+            started.set()
+
+    async def _drive(self, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._driver = asyncio.current_task()
+        try:
+            self._epoch = self._new_epoch(self._loop, self._output, False)
+        except BaseException as error:
+            self._output.put(Delivery(-1, error=error))
+            self._output.put(END)
+            return
+        finally:
+            started.set()
+        try:
+            await self._epoch.run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            self._output.put(Delivery(-1, error=error))
+            self._output.put(END)
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
+        try:
+            delivery = self._output.get(self._timeout if self._timeout > 0 else None)
+        except queue.Empty:
+            assert self._epoch is not None
+            raise _timeout_error(self._epoch, self._timeout) from None
+        except BaseException:  # KeyboardInterrupt while waiting
+            self.close()
+            raise
+        if delivery is END:
+            self.close()
+            raise StopIteration
+        if delivery.seq >= 0 and self._epoch is not None:
+            self._epoch.release_threadsafe()
+        if delivery.error is not None:
+            raise delivery.error
+        return delivery.batch
+
+    def close(self) -> None:
+        """Stops the epoch and joins aioload's loop thread."""
+        if self._closed:
+            return
+        self._closed = True
+        loop, driver = self._loop, self._driver
+        if loop is not None and driver is not None:
+            try:
+                loop.call_soon_threadsafe(driver.cancel)
+            except RuntimeError:  # the loop has already finished
+                pass
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,366 @@
+"""DataLoader: torch's arguments and semantics, iterated with ``async for`` or ``for``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import multiprocessing
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio.abc
+import numpy as np
+
+from aioload.backends.base import Completion
+from aioload.backends.inline import InlineBackend
+from aioload.collate import default_collate, default_convert
+from aioload.fetch import Fetcher, inspect_dataset
+from aioload.handoff import LoopOutput, ThreadOutput
+from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
+from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler
+from aioload.scheduler import Epoch
+
+__all__ = ["DEFAULT_CONCURRENCY", "DataLoader"]
+
+DEFAULT_CONCURRENCY = 256
+"""Async item fetches in flight at once on one event loop unless ``concurrency`` says otherwise."""
+
+_START_METHODS = ("fork", "spawn", "forkserver")
+_FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset")
+
+
+class DataLoader:
+    """Combines a dataset and a sampler and iterates over batches of the dataset.
+
+    The arguments, defaults and errors are torch's ``DataLoader``'s; batches
+    are numpy arrays (see :func:`aioload.default_collate`). Iterate with
+    ``async for`` inside an event loop (the loop never blocks: sync datasets
+    are read in a thread) or with plain ``for`` (aioload runs its pipeline on
+    its own uvloop loop in a background thread, so fetching overlaps your
+    compute). Every iteration is a new epoch.
+
+    Args:
+        dataset: a map-style dataset (``__getitem__``, sync or ``async def``,
+            optionally ``__getitems__``) or an iterable one (``__iter__`` or
+            ``__aiter__``).
+        batch_size: samples per batch; ``None`` turns automatic batching off.
+        shuffle: reshuffle the data every epoch (map-style only).
+        sampler: a sampler of keys (sync or async iterable); excludes ``shuffle``.
+        batch_sampler: a sampler of lists of keys; excludes ``batch_size``,
+            ``shuffle``, ``sampler`` and ``drop_last``.
+        num_workers: worker processes; 0 loads on the event loop.
+        collate_fn: merges a list of samples into a batch (default
+            :func:`~aioload.default_collate`, or :func:`~aioload.default_convert`
+            without automatic batching).
+        pin_memory: copy each batch into page-locked memory, in a dedicated
+            thread, before returning it.
+        drop_last: drop the last incomplete batch.
+        timeout: seconds to wait for the next batch before raising
+            :class:`~aioload.LoaderTimeoutError` (0: wait forever).
+        worker_init_fn: called with the worker id in each worker process.
+        multiprocessing_context: start method of the worker processes.
+        generator: a ``numpy.random.Generator`` or an int seed for shuffling;
+            a fixed seed makes the sequence of epochs reproducible.
+        prefetch_factor: batches in flight per worker (``num_workers > 0``,
+            default 2). Unlike torch it is also allowed with
+            ``num_workers=0``, where it sizes the window of batches in flight
+            on the event loop; the default there is enough batches to keep
+            ``concurrency`` items in flight and at least 4:
+            ``max(4, ceil(concurrency / batch_size))``.
+        persistent_workers: keep the worker processes between epochs.
+        pin_memory_device: the device to pin for (torch tensors only).
+        in_order: yield batches in sampler order; ``False`` yields them as
+            they finish, so one slow fetch does not hold the others back.
+        concurrency: the most item fetches in flight at once on one event
+            loop (default :data:`DEFAULT_CONCURRENCY` = 256). With an async
+            dataset every item of every batch in the window is fetched
+            concurrently up to this cap.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from aioload import ArrayDataset, DataLoader
+        >>> loader = DataLoader(ArrayDataset(np.arange(10)), batch_size=4)
+        >>> [batch[0].tolist() for batch in loader]
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+        # inside a coroutine:
+        # async for (x,) in loader: ...
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: np.random.Generator | int | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        concurrency: int | None = None,
+    ) -> None:
+        if not isinstance(num_workers, int) or isinstance(num_workers, bool):
+            raise TypeError(f"num_workers should be an int; got {num_workers!r}")
+        if num_workers < 0:
+            raise ValueError(
+                "num_workers option should be non-negative; "
+                "use num_workers=0 to disable multiprocessing."
+            )
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if prefetch_factor is not None:
+            if not isinstance(prefetch_factor, int) or isinstance(prefetch_factor, bool):
+                raise TypeError(f"prefetch_factor should be an int; got {prefetch_factor!r}")
+            if prefetch_factor < 1:
+                raise ValueError(
+                    f"prefetch_factor should be a positive integer (batches in flight per "
+                    f"worker); got {prefetch_factor}"
+                )
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if concurrency is None:
+            concurrency = DEFAULT_CONCURRENCY
+        elif not isinstance(concurrency, int) or isinstance(concurrency, bool):
+            raise TypeError(f"concurrency should be an int; got {concurrency!r}")
+        elif concurrency < 1:
+            raise ValueError(f"concurrency should be at least 1; got {concurrency}")
+        if not isinstance(in_order, bool):
+            raise TypeError(f"in_order should be a bool; got {in_order!r}")
+        _check_multiprocessing_context(multiprocessing_context, num_workers)
+        if num_workers > 0:
+            raise NotImplementedError(
+                "worker processes (num_workers > 0) are not available yet; "
+                "use num_workers=0, which loads on the event loop"
+            )
+
+        protocol = inspect_dataset(dataset)
+        if protocol.iterable:
+            if shuffle not in {False, None}:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified shuffle option, "
+                    f"but got shuffle={shuffle}"
+                )
+            if sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified sampler option, "
+                    f"but got sampler={sampler}"
+                )
+            if batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified batch_sampler "
+                    f"option, but got batch_sampler={batch_sampler}"
+                )
+        else:
+            shuffle = bool(shuffle)
+
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive "
+                    "with batch_size, shuffle, sampler, and drop_last"
+                )
+            batch_size = None
+            drop_last = False
+        elif batch_size is None:
+            if drop_last:
+                raise ValueError(
+                    "batch_size=None option disables auto-batching "
+                    "and is mutually exclusive with drop_last"
+                )
+        else:
+            _check_batch_size(batch_size)
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
+
+        rng = _as_generator(generator)
+        if not protocol.iterable:
+            if sampler is None:
+                sampler = (
+                    RandomSampler(dataset, generator=rng) if shuffle else SequentialSampler(dataset)
+                )
+            if batch_size is not None and batch_sampler is None:
+                batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.generator = rng
+        self.persistent_workers = persistent_workers
+        self.in_order = in_order
+        self.concurrency = concurrency
+        if collate_fn is None:
+            collate_fn = default_collate if self._auto_collation else default_convert
+        self.collate_fn = collate_fn
+        self._protocol = protocol
+        self._window = self._window_size()
+        self._pin_pool: Any = None
+        self._pin_lock = threading.Lock()
+        self.__initialized = True
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        if attr in _FROZEN_AFTER_INIT and self.__dict__.get("_DataLoader__initialized"):
+            raise ValueError(
+                f"{attr} attribute should not be set after {type(self).__name__} is initialized"
+            )
+        super().__setattr__(attr, value)
+
+    @property
+    def _auto_collation(self) -> bool:
+        return self.batch_sampler is not None or (
+            self._protocol.iterable and self.batch_size is not None
+        )
+
+    @property
+    def _index_sampler(self) -> Any:
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    def _window_size(self) -> int:
+        if self.prefetch_factor is not None:
+            per_worker = self.prefetch_factor
+        elif self.num_workers > 0:
+            per_worker = 2
+        else:
+            batch = self.batch_size or getattr(self.batch_sampler, "batch_size", None)
+            if not isinstance(batch, int) or batch < 1:
+                batch = 32 if self.batch_sampler is not None else 1
+            per_worker = max(4, math.ceil(self.concurrency / batch))
+        return per_worker * max(1, self.num_workers)
+
+    @property
+    def window(self) -> int:
+        """The most batches in flight at once: ``prefetch_factor × max(1, num_workers)``."""
+        return self._window
+
+    def __len__(self) -> int:
+        if self._protocol.iterable:
+            length = len(self.dataset)
+            if self.batch_size is not None:
+                if self.drop_last:
+                    return length // self.batch_size
+                return math.ceil(length / self.batch_size)
+            return int(length)
+        return len(self._index_sampler)
+
+    def __iter__(self) -> SyncBatchIterator:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "a DataLoader cannot be iterated with a plain `for` inside a running event "
+                "loop (it would block the loop); use `async for batch in loader` instead"
+            )
+        return SyncBatchIterator(self._new_epoch, self.timeout)
+
+    def __aiter__(self) -> AsyncBatchIterator:
+        return AsyncBatchIterator(self._new_epoch, self.timeout)
+
+    def _new_epoch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        output: LoopOutput | ThreadOutput,
+        offload_sync: bool,
+    ) -> Epoch:
+        fetcher = Fetcher(self.dataset, self._protocol)
+        collate_fn = self.collate_fn
+        batch_size = self.batch_size if self._auto_collation else None
+
+        def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> InlineBackend:
+            return InlineBackend(
+                fetcher,
+                collate_fn,
+                batch_size=batch_size,
+                drop_last=self.drop_last,
+                concurrency=self.concurrency,
+                offload_sync=offload_sync,
+                task_group=task_group,
+                complete=complete,
+            )
+
+        return Epoch(
+            None if self._protocol.iterable else self._index_sampler,
+            make_backend,
+            window=self._window,
+            in_order=self.in_order,
+            output=output,
+            loop=loop,
+            pin=self._pinner() if self.pin_memory else None,
+        )
+
+    def _pinner(self) -> Callable[[Any], Any]:
+        from aioload.pinning import PinnedBufferPool, pin_batch
+
+        with self._pin_lock:
+            if self._pin_pool is None:
+                self._pin_pool = PinnedBufferPool()
+            pool = self._pin_pool
+        device = self.pin_memory_device
+
+        def pin(batch: Any) -> Any:
+            return pin_batch(batch, pool, device=device)
+
+        return pin
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise ValueError(
+            f"batch_size should be a positive integer value or None, but got batch_size={batch_size!r}"
+        )
+
+
+def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
+    if context is None:
+        return
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading "
+            f"(num_workers > 0), but got num_workers={num_workers}"
+        )
+    if isinstance(context, str):
+        if context not in _START_METHODS:
+            raise ValueError(
+                "multiprocessing_context option should specify a valid start method in "
+                f"{list(_START_METHODS)!r}, but got multiprocessing_context={context!r}"
+            )
+    elif not isinstance(context, multiprocessing.context.BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string "
+            f"specifying the start method, but got multiprocessing_context={context!r}"
+        )
+
+
+def _as_generator(generator: np.random.Generator | int | None) -> np.random.Generator | None:
+    if generator is None or isinstance(generator, np.random.Generator):
+        return generator
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+        return np.random.default_rng(int(generator))
+    raise TypeError(
+        "generator should be a numpy.random.Generator, an int seed or None; "
+        f"got {type(generator).__name__}"
+    )
+

@@ -1,0 +1,61 @@
+"""The pin stage: a dedicated thread that pins each batch before the consumer gets it.
+
+Pinning copies a batch into page-locked memory — a memcpy of the whole batch —
+so it never runs on an event loop. The thread takes deliveries in the order the
+reorder stage emits them, pins the batch (see :mod:`aioload.pinning`) and puts
+the delivery into the consumer's output, so order is kept. The input queue is
+bounded by the scheduler's window like every other buffer.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
+
+__all__ = ["PinThread"]
+
+_STOP = Delivery(-1)
+
+
+class PinThread:
+    """Runs ``pin`` on every batch that passes through, in its own thread.
+
+    Args:
+        pin: makes the pinned copy of one batch.
+        output: where pinned deliveries go (from this thread).
+    """
+
+    def __init__(self, pin: Callable[[Any], Any], output: LoopOutput | ThreadOutput) -> None:
+        self._pin = pin
+        self._output = output
+        self._inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="aioload-pin", daemon=True)
+        self._thread.start()
+
+    def put(self, delivery: Delivery) -> None:
+        """Queues a delivery for pinning (call from the loop)."""
+        self._inbox.put(delivery)
+
+    def stop(self) -> None:
+        """Ends the thread after what is queued and waits for it."""
+        self._inbox.put(_STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            delivery = self._inbox.get()
+            if delivery is _STOP:
+                return
+            if delivery.error is None and delivery is not END:
+                try:
+                    delivery = Delivery(delivery.seq, self._pin(delivery.batch))
+                except Exception as error:
+                    error.add_note(f"raised while pinning batch {delivery.seq}")
+                    delivery = Delivery(delivery.seq, error=error)
+            self._output.put_threadsafe(delivery)
+            if delivery is END:
+                return

@@ -1,0 +1,242 @@
+"""The scheduler: sequence numbers, the window of batches in flight, reordering.
+
+One :class:`Epoch` is one pass over the data. Its driver coroutine draws batches
+of keys from the (sync or async) batch sampler, numbers them 0, 1, 2, …, and
+hands each to a backend. A batch holds a slot of the :class:`Window` from the
+moment it is submitted until the consumer takes it out, so at most ``window``
+batches are fetching, waiting in the reorder buffer or waiting for the
+consumer: a slow consumer stops the sampler, and memory stays flat however
+long the stream.
+
+Reorder: with ``in_order=True`` finished batches wait in a dict keyed by
+sequence number until every earlier one has gone out (the dict is bounded by
+the window); with ``in_order=False`` they go out as they finish.
+
+Lifecycle: the driver runs inside an anyio task group that owns every task the
+backend starts, and the pin thread when pinning. It returns after the end
+marker has been delivered; cancelling it (the consumer's ``aclose()``, a
+``break``, garbage collection) cancels everything it started, and its
+``finally`` stops the threads before the driver is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterable, Callable, Iterable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from aioload.backends.base import Backend, Completion
+from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
+from aioload.pin_stage import PinThread
+
+__all__ = ["Epoch", "LoaderTimeoutError", "Window"]
+
+
+class LoaderTimeoutError(TimeoutError):
+    """The next batch did not arrive within the loader's ``timeout``."""
+
+
+class Window:
+    """Counts the batches in flight; the producer waits when all slots are taken.
+
+    ``acquire`` runs on the loop; ``release`` on the loop and
+    ``release_threadsafe`` from the consumer's thread under the sync facade.
+    """
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.size = size
+        self._free = size
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def acquire(self) -> None:
+        with self._lock:
+            if self._free:
+                self._free -= 1
+                return
+            waiter = self._waiter = self._loop.create_future()
+        await waiter  # the slot is handed over by release
+
+    def _take_waiter(self) -> asyncio.Future[None] | None:
+        with self._lock:
+            waiter = self._waiter
+            if waiter is None:
+                self._free += 1
+            self._waiter = None
+            return waiter
+
+    def release(self) -> None:
+        waiter = self._take_waiter()
+        if waiter is not None:
+            _wake(waiter)
+
+    def release_threadsafe(self) -> None:
+        waiter = self._take_waiter()
+        if waiter is not None:
+            self._loop.call_soon_threadsafe(_wake, waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+BackendFactory = Callable[[anyio.abc.TaskGroup, Completion], Backend]
+
+
+class Epoch:
+    """One pass: sampler → scheduler → backend → reorder → (pin) → output.
+
+    Args:
+        batches: the batch sampler's output (lists of keys, or single keys
+            when automatic batching is off), sync or async; None for an
+            iterable dataset, whose backend makes its own batches.
+        make_backend: builds the epoch's backend inside the epoch's scope.
+        window: the most batches in flight.
+        in_order: yield by sequence number rather than as finished.
+        output: where deliveries go.
+        pin: when given, each batch is passed through it in a dedicated thread.
+    """
+
+    def __init__(
+        self,
+        batches: Iterable[Any] | AsyncIterable[Any] | None,
+        make_backend: BackendFactory,
+        *,
+        window: int,
+        in_order: bool,
+        output: LoopOutput | ThreadOutput,
+        loop: asyncio.AbstractEventLoop,
+        pin: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self._batches = batches
+        self._make_backend = make_backend
+        self.window = Window(window, loop)
+        self._in_order = in_order
+        self._output = output
+        self._pin = pin
+        self._pending: dict[int, Any] = {}
+        self._ready: dict[int, Delivery | None] = {}
+        self._next_out = 0
+        self._produced = False
+        self._finished = False
+        self._producer_error: BaseException | None = None
+        self._emit: Callable[[Delivery], None] = output.put
+
+    def release(self) -> None:
+        """The consumer took a delivery out (call on the loop)."""
+        self.window.release()
+
+    def release_threadsafe(self) -> None:
+        """The consumer took a delivery out (call from the consumer's thread)."""
+        self.window.release_threadsafe()
+
+    def stalled(self) -> tuple[int, Any]:
+        """The batch the consumer is waiting for and its keys, for timeout messages."""
+        pending = dict(self._pending)
+        if self._in_order:
+            seq = self._next_out
+        else:
+            seq = min(pending, default=self._next_out)
+        return seq, pending.get(seq)
+
+    async def run(self) -> None:
+        """The driver: runs the epoch until its end marker has been delivered."""
+        pin_thread = None
+        if self._pin is not None:
+            pin_thread = PinThread(self._pin, self._output)
+            self._emit = pin_thread.put
+        backend: Backend | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                backend = self._make_backend(tg, self._complete)
+                try:
+                    await self._produce(backend)
+                except Exception as error:
+                    error.add_note("raised while drawing keys from the sampler")
+                    self._producer_error = error
+                self._produced = True
+                self._maybe_finish()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if backend is not None:
+                    await backend.aclose()
+                if pin_thread is not None:
+                    await anyio.to_thread.run_sync(pin_thread.stop)
+
+    async def _produce(self, backend: Backend) -> None:
+        acquire = self.window.acquire
+        pending = self._pending
+        submit = backend.submit
+        seq = 0
+        batches = self._batches
+        if batches is None:
+            while not backend.exhausted:
+                await acquire()
+                if backend.exhausted:
+                    self.window.release()
+                    break
+                pending[seq] = None
+                submit(seq, None)
+                seq += 1
+        elif isinstance(batches, AsyncIterable):
+            async for keys in batches:
+                await acquire()
+                pending[seq] = keys
+                submit(seq, keys)
+                seq += 1
+        else:
+            for keys in batches:
+                await acquire()
+                pending[seq] = keys
+                submit(seq, keys)
+                seq += 1
+
+    def _complete(
+        self,
+        seq: int,
+        batch: Any = None,
+        error: BaseException | None = None,
+        exhausted: bool = False,
+    ) -> None:
+        keys = self._pending.pop(seq)
+        delivery: Delivery | None
+        if exhausted:
+            delivery = None
+            self.window.release()
+        elif error is not None:
+            described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
+            error.add_note(f"raised while fetching {described}")
+            delivery = Delivery(seq, error=error)
+        else:
+            delivery = Delivery(seq, batch)
+        if not self._in_order:
+            if delivery is not None:
+                self._emit(delivery)
+        elif seq == self._next_out:
+            if delivery is not None:
+                self._emit(delivery)
+            self._next_out += 1
+            ready = self._ready
+            while self._next_out in ready:
+                waiting = ready.pop(self._next_out)
+                if waiting is not None:
+                    self._emit(waiting)
+                self._next_out += 1
+        else:
+            self._ready[seq] = delivery
+        if self._produced:
+            self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self._finished or self._pending or self._ready:
+            return
+        self._finished = True
+        if self._producer_error is not None:
+            self._emit(Delivery(-1, error=self._producer_error))
+        self._emit(END)

@@ -22,6 +22,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from aioload.samplers import _as_generator
+
 __all__ = [
     "ArrayDataset",
     "ChainDataset",
@@ -377,19 +379,6 @@ class Subset(Dataset[T_co]):
         return len(self.indices)
 
 
-def _as_generator(generator: np.random.Generator | int | None) -> np.random.Generator:
-    if generator is None:
-        return np.random.default_rng()
-    if isinstance(generator, np.random.Generator):
-        return generator
-    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
-        return np.random.default_rng(int(generator))
-    raise TypeError(
-        f"generator must be a numpy.random.Generator, an int seed or None; "
-        f"got {type(generator).__name__}"
-    )
-
-
 def random_split(
     dataset: Any,
     lengths: Sequence[int | float],
@@ -431,7 +420,7 @@ def random_split(
             "Sum of input lengths does not equal the length of the input dataset! "
             f"(lengths {list(lengths)} sum to {sum(lengths)}, the dataset has {n} items)"
         )
-    order = _as_generator(generator).permutation(n).tolist()
+    order = (_as_generator(generator) or np.random.default_rng()).permutation(n).tolist()
     splits: list[Subset[Any]] = []
     start = 0
     for length in lengths:

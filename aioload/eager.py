@@ -1,20 +1,25 @@
 """Eager, bounded execution of many item coroutines on one event loop.
 
-Why not one task per item: an ``async def __getitem__`` that returns without
-waiting (an in-memory cache hit, a decoded sample) would pay for a task, a
-loop iteration and a wake-up per item — about 5 µs under uvloop, more than the
-item itself. So :class:`ItemPool` steps each item's coroutine directly inside
-the task that asks for it and only pays for concurrency when an item really
-suspends.
+Why not one task per item (or per batch): an ``async def __getitem__`` that
+returns without waiting (an in-memory cache hit, a decoded sample) would pay
+for a task, a loop iteration and a wake-up per item — several microseconds
+under uvloop, more than the item itself. So :class:`ItemPool` steps each
+item's coroutine directly inside a long-lived *runner* task and only pays for
+concurrency when an item really suspends.
 
-Why the item then stays in that task: ``asyncio.timeout``, anyio cancel scopes
-and task groups remember the task they were entered in. An item that enters
-one before its first suspension must be resumed in the same task, or its scope
-would be exited "in a different task". So a *runner* task that sees its item
-suspend keeps driving that item to the end itself, and hands the batch's
-remaining items to a new runner task. Every item runs start to finish inside
-one task; tasks are only created for items that suspend; and at most
-``limit`` items are in flight on the loop at once.
+Why a suspended item stays in its runner: ``asyncio.timeout``, anyio cancel
+scopes and task groups remember the task they were entered in. An item that
+enters one before its first suspension must be resumed in the same task, or
+its scope would be exited "in a different task". So a runner that sees its
+item suspend keeps driving that item to the end itself, and a new runner takes
+over the queue. Every item runs start to finish inside one task; a task is
+created only when an item suspends; at most ``limit`` items are in flight.
+
+Roles: exactly one runner at a time is the *taker* — it starts items from the
+queue. When its item suspends it hands the taker role to a new runner. A
+runner whose item finished becomes the taker again if nobody is, and otherwise
+ends. When the queue is empty the taker waits for work, so a stream of
+never-suspending items costs no task at all beyond that one runner.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 __all__ = ["ItemPool"]
 
-_PENDING = object()
+Done = Callable[[list[Any] | None, BaseException | None], None]
 
 
 @types.coroutine
@@ -56,37 +61,37 @@ def _resume(step: Any, yielded: Any) -> Generator[Any, Any, Any]:
                 return stop.value
 
 
-class _Gather:
-    """The items of one batch, their results, and who waits for them."""
+class _Group:
+    """The items of one submission, their results, and whom to tell."""
 
-    __slots__ = ("error", "failed_index", "items", "next", "remaining", "results", "waiter")
+    __slots__ = ("done", "items", "next", "remaining", "results")
 
-    def __init__(self, items: Sequence[Any]) -> None:
+    def __init__(self, items: Sequence[Any], done: Done) -> None:
         self.items = items
-        self.results: list[Any] = [_PENDING] * len(items)
+        self.results: list[Any] = [None] * len(items)
         self.next = 0
         self.remaining = len(items)
-        self.error: BaseException | None = None
-        self.failed_index = -1
-        self.waiter: asyncio.Future[None] | None = None
+        self.done: Done | None = done
 
     def finish(self, index: int, value: Any) -> None:
         self.results[index] = value
-        self._count_down()
-
-    def fail(self, index: int, error: BaseException) -> None:
-        if self.error is None:
-            self.error = error
-            self.failed_index = index
-            # Items not started yet never will be.
-            self.remaining -= len(self.items) - self.next
-            self.next = len(self.items)
-        self._count_down()
-
-    def _count_down(self) -> None:
         self.remaining -= 1
-        if self.remaining == 0 and self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+        if self.remaining == 0 and self.done is not None:
+            done, self.done = self.done, None
+            done(self.results, None)
+
+    def fail(self, error: BaseException) -> None:
+        self.close_unstarted()  # items not started yet never will be
+        if self.done is not None:
+            done, self.done = self.done, None
+            done(None, error)
+
+    def close_unstarted(self) -> None:
+        """Closes the coroutines that were never started, so none warns it was never awaited."""
+        for item in self.items[self.next :]:
+            if type(item) is types.CoroutineType:
+                item.close()
+        self.next = len(self.items)
 
 
 class ItemPool:
@@ -94,98 +99,117 @@ class ItemPool:
 
     Args:
         limit: the most items started and not yet finished at any moment,
-            across every batch that uses this pool.
-        spawn: starts a new task for a coroutine in the scope that owns the
-            iteration (so helper runners are cancelled with it).
+            across every submission.
+        spawn: starts a task for ``spawn(coroutine_function, *args)`` in the
+            scope that owns the iteration (an anyio task group's
+            ``start_soon``), so runners are cancelled with it.
 
     Example::
 
-        pool = ItemPool(256, spawn=task_group.start_soon)
-        samples = await pool.gather([dataset[k] for k in keys])
+        pool = ItemPool(256, task_group.start_soon)
+        pool.submit([dataset[k] for k in keys], on_done)  # on_done(results, error)
     """
 
-    def __init__(self, limit: int, spawn: Callable[..., None]) -> None:
+    def __init__(self, limit: int, spawn: Callable[..., object]) -> None:
         if limit < 1:
             raise ValueError(f"the item concurrency limit must be >= 1; got {limit}")
         self._free = limit
-        self._waiters: deque[asyncio.Future[None]] = deque()
         self._spawn = spawn
-        self.in_flight = 0
+        self._groups: deque[_Group] = deque()
+        self._taker = False  # a runner holds the taker role
+        self._idle: asyncio.Future[None] | None = None  # the taker waiting for work
+        self._slot: asyncio.Future[None] | None = None  # the taker waiting for a free slot
 
-    async def gather(self, items: Sequence[Any]) -> list[Any]:
-        """Resolves every awaitable in ``items`` (plain values pass through) and returns the results in order.
+    def submit(self, items: Sequence[Any], done: Done) -> None:
+        """Resolves every awaitable in ``items`` (plain values pass through).
 
-        Raises the first item's exception, with a note naming the position of
-        the failed item; the items not started by then are never started.
+        ``done(results, None)`` gets the results in order once all are in, or
+        ``done(None, error)`` the first item's exception; either is called
+        exactly once, from the loop.
         """
-        group = _Gather(items)
-        await self._run(group)
-        if group.remaining:
-            group.waiter = asyncio.get_running_loop().create_future()
-            await group.waiter
-        if group.error is not None:
-            raise group.error
-        return group.results
-
-    async def _acquire(self) -> None:
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
+        if not items:
+            done([], None)
             return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._release()  # granted and cancelled at once: pass it on
+        self._groups.append(_Group(items, done))
+        if not self._taker:
+            self._taker = True
+            idle = self._idle
+            if idle is not None:
+                self._idle = None
+                idle.set_result(None)
             else:
-                self._waiters.remove(waiter)
-            raise
+                self._spawn(self._run)
+
+    def close(self) -> None:
+        """Drops the queued work (the epoch is over); running items end with their tasks."""
+        while self._groups:
+            self._groups.popleft().close_unstarted()
 
     def _release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        slot = self._slot
+        if slot is not None:
+            self._slot = None
+            if not slot.done():
+                slot.set_result(None)  # the slot passes straight to the waiting taker
                 return
         self._free += 1
 
-    async def _run(self, group: _Gather) -> None:
-        """One runner: starts the group's items one after the other until they run out."""
-        items = group.items
-        while group.next < len(items):
-            await self._acquire()
-            if group.next >= len(items):
-                self._release()
-                return
+    async def _run(self) -> None:
+        groups = self._groups
+        loop = asyncio.get_running_loop()
+        while True:
+            # Taker: start items until one suspends.
+            if not groups:
+                self._taker = False
+                idle = self._idle = loop.create_future()
+                await idle
+                continue
+            group = groups[0]
+            if group.next >= len(group.items):
+                groups.popleft()
+                continue
+            if self._free:
+                self._free -= 1
+            else:
+                slot = self._slot = loop.create_future()
+                await slot
+                if group.next >= len(group.items):  # failed while we waited
+                    self._release()
+                    continue
             index = group.next
             group.next += 1
-            item = items[index]
-            self.in_flight += 1
+            item = group.items[index]
+            step = _stepper(item)
+            if step is None:
+                self._free += 1
+                group.finish(index, item)
+                continue
             try:
-                step = _stepper(item)
-                if step is None:
-                    group.finish(index, item)
-                    continue
-                try:
-                    yielded = step.send(None)
-                except StopIteration as stop:
-                    group.finish(index, stop.value)
-                    continue
-                if group.next < len(items):
-                    # This item suspended: a new runner carries on with the rest
-                    # (waiting for a free slot first, so runners stay bounded).
-                    self._spawn(self._run, group)
-                value = await _resume(step, yielded)
-            except asyncio.CancelledError:
-                raise
+                yielded = step.send(None)
+            except StopIteration as stop:
+                self._free += 1
+                group.finish(index, stop.value)
+                continue
             except Exception as error:
-                group.fail(index, error)
+                self._free += 1
+                group.fail(error)
+                continue
+            # The item suspended: hand the taker role on and drive the item to its end.
+            if groups:
+                self._spawn(self._run)
+            else:
+                self._taker = False
+            try:
+                value = await _resume(step, yielded)
+            except Exception as error:
+                group.fail(error)
             else:
                 group.finish(index, value)
             finally:
-                self.in_flight -= 1
                 self._release()
+            if self._taker or self._idle is not None:
+                return
+            self._taker = True
 
 
 def _stepper(item: Any) -> Any:

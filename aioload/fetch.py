@@ -7,8 +7,8 @@ next samples of a stream) the cheapest way that protocol allows:
 - ``__getitems__(keys)`` when the dataset has one (awaited if it is a
   coroutine function), else ``__getitem__`` once per key;
 - for async datasets, the item coroutines of a batch run concurrently through
-  an :class:`~aioload.eager.ItemPool`, which creates no task for items that
-  finish without waiting;
+  an :class:`~aioload.eager.ItemPool` (the backend's), which creates no task
+  for items that finish without waiting;
 - awaitable items inside a sync result (a :class:`~aioload.datasets.Subset` or
   :class:`~aioload.datasets.ConcatDataset` over async members) are resolved the
   same way.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioload.datasets import ConcatDataset, StackDataset, Subset, _is_iterable_dataset
-from aioload.eager import ItemPool
+from aioload.eager import Done, ItemPool
 
 __all__ = ["DatasetProtocol", "Fetcher", "inspect_dataset"]
 
@@ -118,27 +118,33 @@ class Fetcher:
         getitem = self._getitem
         return [getitem(key) for key in keys]  # type: ignore[misc]
 
-    async def fetch_one(self, key: Any, pool: ItemPool) -> Any:
-        """One sample of any map-style dataset, on the running loop."""
-        item = self._getitem(key)  # type: ignore[misc]
-        if inspect.isawaitable(item):
-            (item,) = await pool.gather([item])
-        return item
+    def fetch(self, keys: Sequence[Any], pool: ItemPool, done: Done) -> None:
+        """Reads ``keys`` from any map-style dataset on the running loop.
 
-    async def fetch(self, keys: Sequence[Any], pool: ItemPool) -> list[Any]:
-        """The samples for ``keys`` from any map-style dataset, on the running loop.
-
-        Item coroutines run concurrently through ``pool``.
+        Item coroutines run concurrently through ``pool``; ``done(samples,
+        error)`` is called once, with the samples in key order or the first error.
         """
-        if self._getitems is not None:
-            result = self._getitems(keys)
-            if inspect.isawaitable(result):
-                result = await result
-            items = list(result)
-        else:
+        if self._getitems is None:
             getitem = self._getitem
-            items = [getitem(key) for key in keys]  # type: ignore[misc]
-        return await pool.gather(items)
+            pool.submit([getitem(key) for key in keys], done)  # type: ignore[misc]
+            return
+        result = self._getitems(keys)
+        if not inspect.isawaitable(result):
+            pool.submit(list(result), done)
+            return
+
+        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+            done(None if results is None else list(results[0]), error)
+
+        pool.submit([result], unwrap)
+
+    def fetch_one(self, key: Any, pool: ItemPool, done: Done) -> None:
+        """Reads one sample (automatic batching off); ``done(sample, error)``."""
+
+        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+            done(None if results is None else results[0], error)
+
+        pool.submit([self._getitem(key)], unwrap)  # type: ignore[misc]
 
     def stream_sync(self) -> Iterator[Any]:
         """The samples of a sync iterable dataset."""

@@ -44,7 +44,18 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 def _timeout_error(epoch: Epoch, timeout: float) -> LoaderTimeoutError:
     seq, keys = epoch.stalled()
     described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
-    return LoaderTimeoutError(f"DataLoader timed out after {timeout} seconds waiting for {described}")
+    return LoaderTimeoutError(
+        f"DataLoader timed out after {timeout} seconds waiting for {described}"
+    )
+
+
+def _report_crash(driver: asyncio.Task[None], output: LoopOutput) -> None:
+    if driver.cancelled():
+        return
+    error = driver.exception()
+    if error is not None:
+        output.put(Delivery(-1, error=error))
+        output.put(END)
 
 
 class AsyncBatchIterator:
@@ -73,15 +84,9 @@ class AsyncBatchIterator:
         output = self._output = LoopOutput(loop)
         self._epoch = self._new_epoch(loop, output, True)
         self._driver = loop.create_task(self._epoch.run(), name="aioload-epoch")
-        self._driver.add_done_callback(self._driver_done)
-
-    def _driver_done(self, driver: asyncio.Task[None]) -> None:
-        if driver.cancelled() or self._output is None:
-            return
-        error = driver.exception()
-        if error is not None:
-            self._output.put(Delivery(-1, error=error))
-            self._output.put(END)
+        # The callback must not hold the iterator: the running task would keep
+        # it alive, and a dropped iterator could never be collected and stopped.
+        self._driver.add_done_callback(lambda driver: _report_crash(driver, output))
 
     async def __anext__(self) -> Any:
         if self._driver is None:
@@ -128,6 +133,67 @@ class AsyncBatchIterator:
                 pass
 
 
+class _LoopThread:
+    """aioload's event loop in a background thread, running one epoch's driver.
+
+    Kept apart from :class:`SyncBatchIterator` so that the thread holds no
+    reference to the iterator: a dropped iterator is collected at once, and its
+    finalizer stops this thread.
+    """
+
+    def __init__(self, new_epoch: EpochFactory, output: ThreadOutput) -> None:
+        self.output = output
+        self.epoch: Epoch | None = None
+        self._new_epoch = new_epoch
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._driver: asyncio.Task[Any] | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(started,), name="aioload-loop", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+
+    def _run(self, started: threading.Event) -> None:
+        try:
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                runner.run(self._drive(started))
+        except asyncio.CancelledError:
+            pass  # stop() ended the epoch
+        finally:
+            started.set()
+
+    async def _drive(self, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._driver = asyncio.current_task()
+        try:
+            self.epoch = self._new_epoch(self._loop, self.output, False)
+        except BaseException as error:
+            self.output.put(Delivery(-1, error=error))
+            self.output.put(END)
+            return
+        finally:
+            started.set()
+        try:
+            await self.epoch.run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            self.output.put(Delivery(-1, error=error))
+            self.output.put(END)
+
+    def stop(self) -> None:
+        """Cancels the driver and joins the thread."""
+        loop, driver = self._loop, self._driver
+        if loop is not None and driver is not None:
+            try:
+                loop.call_soon_threadsafe(driver.cancel)
+            except RuntimeError:  # the loop has already finished
+                pass
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+
 class SyncBatchIterator:
     """One epoch of a loader, iterated with plain ``for`` (see the module docstring).
 
@@ -138,84 +204,40 @@ class SyncBatchIterator:
     """
 
     def __init__(self, new_epoch: EpochFactory, timeout: float) -> None:
-        self._new_epoch = new_epoch
         self._timeout = timeout
         self._output = ThreadOutput()
-        self._epoch: Epoch | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._driver: asyncio.Task[Any] | None = None
         self._closed = False
-        started = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run_loop, args=(started,), name="aioload-loop", daemon=True
-        )
-        self._thread.start()
-        started.wait()
+        self._thread = _LoopThread(new_epoch, self._output)
 
     def __iter__(self) -> SyncBatchIterator:
         return self
 
-    def _run_loop(self, started: threading.Event) -> None:
-        try:
-            with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                runner.run(self._drive(started))
-        except asyncio.CancelledError:
-            pass  # close() stopped the epoch
-        finally:
-            started.set()
-
-    async def _drive(self, started: threading.Event) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._driver = asyncio.current_task()
-        try:
-            self._epoch = self._new_epoch(self._loop, self._output, False)
-        except BaseException as error:
-            self._output.put(Delivery(-1, error=error))
-            self._output.put(END)
-            return
-        finally:
-            started.set()
-        try:
-            await self._epoch.run()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as error:
-            self._output.put(Delivery(-1, error=error))
-            self._output.put(END)
-
     def __next__(self) -> Any:
         if self._closed:
             raise StopIteration
+        epoch = self._thread.epoch
         try:
             delivery = self._output.get(self._timeout if self._timeout > 0 else None)
         except queue.Empty:
-            assert self._epoch is not None
-            raise _timeout_error(self._epoch, self._timeout) from None
+            assert epoch is not None
+            raise _timeout_error(epoch, self._timeout) from None
         except BaseException:  # KeyboardInterrupt while waiting
             self.close()
             raise
         if delivery is END:
             self.close()
             raise StopIteration
-        if delivery.seq >= 0 and self._epoch is not None:
-            self._epoch.release_threadsafe()
+        if delivery.seq >= 0 and epoch is not None:
+            epoch.release_threadsafe()
         if delivery.error is not None:
             raise delivery.error
         return delivery.batch
 
     def close(self) -> None:
         """Stops the epoch and joins aioload's loop thread."""
-        if self._closed:
-            return
-        self._closed = True
-        loop, driver = self._loop, self._driver
-        if loop is not None and driver is not None:
-            try:
-                loop.call_soon_threadsafe(driver.cancel)
-            except RuntimeError:  # the loop has already finished
-                pass
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+        if not self._closed:
+            self._closed = True
+            self._thread.stop()
 
     def __del__(self) -> None:
         self.close()

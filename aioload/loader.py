@@ -18,7 +18,7 @@ from aioload.collate import default_collate, default_convert
 from aioload.fetch import Fetcher, inspect_dataset
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
-from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler
+from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
 from aioload.scheduler import Epoch
 
 __all__ = ["DEFAULT_CONCURRENCY", "DataLoader"]
@@ -211,10 +211,10 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self.in_order = in_order
         self.concurrency = concurrency
+        self._protocol = protocol
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
         self.collate_fn = collate_fn
-        self._protocol = protocol
         self._window = self._window_size()
         self._pin_pool: Any = None
         self._pin_lock = threading.Lock()
@@ -329,7 +329,8 @@ class DataLoader:
 def _check_batch_size(batch_size: Any) -> None:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise ValueError(
-            f"batch_size should be a positive integer value or None, but got batch_size={batch_size!r}"
+            "batch_size should be a positive integer value or None, "
+            f"but got batch_size={batch_size!r}"
         )
 
 
@@ -352,15 +353,3 @@ def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
             "multiprocessing_context option should be a valid context object or a string "
             f"specifying the start method, but got multiprocessing_context={context!r}"
         )
-
-
-def _as_generator(generator: np.random.Generator | int | None) -> np.random.Generator | None:
-    if generator is None or isinstance(generator, np.random.Generator):
-        return generator
-    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
-        return np.random.default_rng(int(generator))
-    raise TypeError(
-        "generator should be a numpy.random.Generator, an int seed or None; "
-        f"got {type(generator).__name__}"
-    )
-

@@ -9,6 +9,7 @@ bounded by the scheduler's window like every other buffer.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import Callable
@@ -33,6 +34,7 @@ class PinThread:
         self._pin = pin
         self._output = output
         self._inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        self._stopped: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]
         self._thread = threading.Thread(target=self._run, name="aioload-pin", daemon=True)
         self._thread.start()
 
@@ -40,15 +42,21 @@ class PinThread:
         """Queues a delivery for pinning (call from the loop)."""
         self._inbox.put(delivery)
 
-    def stop(self) -> None:
-        """Ends the thread after what is queued and waits for it."""
+    async def stop(self) -> None:
+        """Ends the thread after what is queued, waiting without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        stopped = loop.create_future()
+        self._stopped = (loop, stopped)
         self._inbox.put(_STOP)
-        self._thread.join()
+        await stopped
+        self._thread.join()  # the thread has nothing left to do but exit
 
     def _run(self) -> None:
         while True:
             delivery = self._inbox.get()
             if delivery is _STOP:
+                loop, stopped = self._stopped
+                loop.call_soon_threadsafe(_resolve, stopped)
                 return
             if delivery.error is None and delivery is not END:
                 try:
@@ -57,5 +65,8 @@ class PinThread:
                     error.add_note(f"raised while pinning batch {delivery.seq}")
                     delivery = Delivery(delivery.seq, error=error)
             self._output.put_threadsafe(delivery)
-            if delivery is END:
-                return
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

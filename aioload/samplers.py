@@ -22,10 +22,9 @@ not check raise ``TypeError`` for a wrong type and ``ValueError`` for a wrong va
 from __future__ import annotations
 
 import math
-import operator
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence, Sized
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 import numpy as np
@@ -155,7 +154,7 @@ class RandomSampler(Sampler[int]):
             )
         self.data_source = data_source
         self.replacement = replacement
-        self._num_samples = None if num_samples is None else _positive_int(num_samples)
+        self._num_samples = None if num_samples is None else _check_num_samples(num_samples)
         self.generator = _as_generator(generator)
         if len(data_source) == 0:
             # torch reports an empty data_source as num_samples=0 when num_samples is unset.
@@ -174,17 +173,20 @@ class RandomSampler(Sampler[int]):
         return self._num_samples
 
     def __iter__(self) -> Iterator[int]:
+        return chain.from_iterable(self._blocks())
+
+    def _blocks(self) -> Iterator[list[int]]:
         n = len(self.data_source)
         rng = _rng(self.generator)
         count = self.num_samples
         if self.replacement:
             for start in range(0, count, _CHUNK):
-                yield from rng.integers(n, size=min(_CHUNK, count - start)).tolist()
+                yield rng.integers(n, size=min(_CHUNK, count - start)).tolist()
             return
         for _ in range(count // n):
-            yield from rng.permutation(n).tolist()
+            yield rng.permutation(n).tolist()
         if count % n:
-            yield from rng.choice(n, size=count % n, replace=False).tolist()
+            yield rng.choice(n, size=count % n, replace=False).tolist()
 
     def __len__(self) -> int:
         return self.num_samples
@@ -258,7 +260,7 @@ class WeightedRandomSampler(Sampler[int]):
         replacement: bool = True,
         generator: GeneratorLike = None,
     ) -> None:
-        num_samples = _positive_int(num_samples)
+        num_samples = _check_num_samples(num_samples)
         if not isinstance(replacement, bool):
             raise ValueError(
                 f"replacement should be a boolean value, but got replacement={replacement!r}"
@@ -295,6 +297,9 @@ class WeightedRandomSampler(Sampler[int]):
         self._nonzero = np.flatnonzero(w)
 
     def __iter__(self) -> Iterator[int]:
+        return chain.from_iterable(self._blocks())
+
+    def _blocks(self) -> Iterator[list[int]]:
         rng = _rng(self.generator)
         count = self.num_samples
         if not self.replacement:
@@ -302,14 +307,13 @@ class WeightedRandomSampler(Sampler[int]):
             # Exp(1)/w keys, in increasing order, are the first k draws.
             keys = rng.standard_exponential(self._nonzero.size) / self.weights[self._nonzero]
             first = np.argpartition(keys, count - 1)[:count]
-            yield from self._nonzero[first[np.argsort(keys[first])]].tolist()
+            yield self._nonzero[first[np.argsort(keys[first])]].tolist()
             return
         total = self._cdf[-1]
         last = self._nonzero[-1]  # rounding may push u * total onto the end of the cdf
         for start in range(0, count, _CHUNK):
             u = rng.random(min(_CHUNK, count - start)) * total
-            drawn = np.searchsorted(self._cdf, u, side="right")
-            yield from np.minimum(drawn, last).tolist()
+            yield np.minimum(np.searchsorted(self._cdf, u, side="right"), last).tolist()
 
     def __len__(self) -> int:
         return self.num_samples
@@ -359,13 +363,13 @@ class BatchSampler(Sampler[list[int]]):
                 "sampler should be an iterable or async iterable of keys, but got "
                 f"{type(sampler).__name__}"
             )
-        if not isinstance(batch_size, int | np.integer) or isinstance(batch_size, bool):
+        if (
+            not isinstance(batch_size, int | np.integer)
+            or isinstance(batch_size, bool)
+            or batch_size <= 0
+        ):
             raise ValueError(
                 f"batch_size should be a positive integer value, but got batch_size={batch_size!r}"
-            )
-        if batch_size <= 0:
-            raise ValueError(
-                f"batch_size should be a positive integer value, but got batch_size={batch_size}"
             )
         if not isinstance(drop_last, bool):
             raise ValueError(
@@ -376,13 +380,19 @@ class BatchSampler(Sampler[list[int]]):
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
-        keys = iter(cast(Iterable[int], self.sampler))
         size = self.batch_size
-        # C-level loops (zip over one iterator repeated, islice) keep the per-batch cost to
-        # about a microsecond.
+        it = iter(cast(Iterable[int], self.sampler))
+        # zip over one iterator repeated, and islice, fill each batch in C.
         if self.drop_last:
-            return map(list, zip(*[keys] * size, strict=False))
-        return iter(lambda: [*islice(keys, size)], [])
+            return map(list, zip(*[it] * size, strict=False))
+        return self._islice_batches(it, size)
+
+    @staticmethod
+    def _islice_batches(it: Iterator[int], size: int) -> Iterator[list[int]]:
+        batch = [*islice(it, size)]
+        while batch:
+            yield batch
+            batch = [*islice(it, size)]
 
     def __len__(self) -> int:
         n = len(cast(Sized, self.sampler))
@@ -521,7 +531,7 @@ def _rng(generator: np.random.Generator | None) -> np.random.Generator:
     return np.random.default_rng() if generator is None else generator
 
 
-def _positive_int(num_samples: object) -> int:
+def _check_num_samples(num_samples: object) -> int:
     if (
         not isinstance(num_samples, int | np.integer)
         or isinstance(num_samples, bool)
@@ -557,4 +567,4 @@ def _from_env(name: str, value: object, variable: str) -> int:
             ) from None
     if not isinstance(value, int | np.integer) or isinstance(value, bool):
         raise TypeError(f"{name} should be an integer, but got {type(value).__name__}")
-    return operator.index(value)
+    return int(value)

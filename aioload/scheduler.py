@@ -127,6 +127,7 @@ class Epoch:
         self._finished = False
         self._producer_error: BaseException | None = None
         self._emit: Callable[[Delivery], None] = output.put
+        self._all_delivered = asyncio.Event()
 
     def release(self) -> None:
         """The consumer took a delivery out (call on the loop)."""
@@ -139,10 +140,7 @@ class Epoch:
     def stalled(self) -> tuple[int, Any]:
         """The batch the consumer is waiting for and its keys, for timeout messages."""
         pending = dict(self._pending)
-        if self._in_order:
-            seq = self._next_out
-        else:
-            seq = min(pending, default=self._next_out)
+        seq = self._next_out if self._in_order else min(pending, default=self._next_out)
         return seq, pending.get(seq)
 
     async def run(self) -> None:
@@ -162,12 +160,14 @@ class Epoch:
                     self._producer_error = error
                 self._produced = True
                 self._maybe_finish()
+                # Backends may complete from threads or processes, outside the task group.
+                await self._all_delivered.wait()
         finally:
             with anyio.CancelScope(shield=True):
                 if backend is not None:
                     await backend.aclose()
                 if pin_thread is not None:
-                    await anyio.to_thread.run_sync(pin_thread.stop)
+                    await pin_thread.stop()
 
     async def _produce(self, backend: Backend) -> None:
         acquire = self.window.acquire
@@ -240,3 +240,4 @@ class Epoch:
         if self._producer_error is not None:
             self._emit(Delivery(-1, error=self._producer_error))
         self._emit(END)
+        self._all_delivered.set()

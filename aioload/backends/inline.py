@@ -16,12 +16,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import anyio
 import anyio.abc
-import anyio.to_thread
 
 from aioload.backends.base import Completion
 from aioload.eager import ItemPool
@@ -72,9 +71,15 @@ class InlineBackend:
         self._is_async = protocol.is_async
         self._offload = offload_sync and not protocol.is_async
         self._pool = ItemPool(concurrency, task_group.start_soon)
-        self._threads = anyio.CapacityLimiter(
-            min(concurrency, _THREADS_FOR_THREAD_SAFE) if protocol.thread_safe else 1
+        self._loop = asyncio.get_running_loop()
+        self._thread_count = (
+            min(concurrency, _THREADS_FOR_THREAD_SAFE)
+            if protocol.thread_safe and not protocol.iterable
+            else 1
         )
+        # Created on first use; shut down (threads joined) in aclose().
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._in_thread: set[concurrent.futures.Future[Any]] = set()
         self._sync_stream: Iterator[Any] | None = None
         self._async_stream: AsyncIterator[Any] | None = None
         self._stream_lock = asyncio.Lock()
@@ -99,9 +104,49 @@ class InlineBackend:
         self._submit(seq, keys)
 
     async def aclose(self) -> None:
+        self._pool.close()
         stream = self._async_stream
         if stream is not None and hasattr(stream, "aclose"):
             await stream.aclose()
+        executor = self._executor
+        if executor is not None:
+            # A sync fetch cannot be interrupted: wait (without blocking the loop)
+            # for the ones running, drop the queued ones, then join the threads.
+            executor.shutdown(wait=False, cancel_futures=True)
+            running = [asyncio.wrap_future(f) for f in self._in_thread if not f.done()]
+            if running:
+                await asyncio.wait(running)
+            executor.shutdown(wait=True)
+
+    def _in_thread_call(self, seq: int, read: Callable[..., Any], *args: Any) -> None:
+        """Runs ``read(*args)`` in the backend's threads; its result completes batch ``seq``."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self._thread_count, thread_name_prefix="aioload-fetch"
+            )
+        future = self._executor.submit(read, *args)
+        self._in_thread.add(future)
+        loop = self._loop
+
+        def finished(future: concurrent.futures.Future[Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(self._thread_done, seq, future)
+            except RuntimeError:  # the loop is closed: the epoch is gone
+                pass
+
+        future.add_done_callback(finished)
+
+    def _thread_done(self, seq: int, future: concurrent.futures.Future[Any]) -> None:
+        self._in_thread.discard(future)
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            self._complete(seq, error=error)
+        elif self._fetcher.protocol.iterable:
+            self._deliver_stream_batch(seq, future.result())
+        else:
+            self._complete(seq, future.result())
 
     # -- map-style -------------------------------------------------------
 
@@ -119,54 +164,46 @@ class InlineBackend:
             self._complete(seq, batch)
 
     def _submit_threaded(self, seq: int, keys: Any) -> None:
-        self._tg.start_soon(self._threaded, seq, keys)
-
-    async def _threaded(self, seq: int, keys: Any) -> None:
-        try:
-            batch = await anyio.to_thread.run_sync(self._read_sync, keys, limiter=self._threads)
-        except Exception as error:
-            self._complete(seq, error=error)
-        else:
-            self._complete(seq, batch)
+        self._in_thread_call(seq, self._read_sync, keys)
 
     def _submit_async(self, seq: int, keys: Any) -> None:
-        self._tg.start_soon(self._fetch_async, seq, keys)
+        def done(samples: Any, error: BaseException | None) -> None:
+            if error is None:
+                try:
+                    batch = self._collate(samples)
+                except Exception as collate_error:
+                    error = collate_error
+                else:
+                    self._complete(seq, batch)
+                    return
+            self._complete(seq, error=error)
 
-    async def _fetch_async(self, seq: int, keys: Any) -> None:
         try:
             if self._batch_size is None and not isinstance(keys, list):
-                batch = self._collate(await self._fetcher.fetch_one(keys, self._pool))
+                self._fetcher.fetch_one(keys, self._pool, done)
             else:
-                batch = self._collate(await self._fetcher.fetch(keys, self._pool))
-        except Exception as error:
+                self._fetcher.fetch(keys, self._pool, done)
+        except Exception as error:  # __getitem__ itself raised before returning a coroutine
             self._complete(seq, error=error)
-        else:
-            self._complete(seq, batch)
 
     # -- iterable --------------------------------------------------------
 
     def _submit_stream(self, seq: int, keys: Any) -> None:
-        if self._sync_stream is not None and not self._offload:
-            self._finish_stream(seq, self._next_sync_batch)
-        else:
+        if self._async_stream is not None:
             self._tg.start_soon(self._stream_batch, seq)
+        elif self._offload:
+            # One thread for a stream: its batches are read one after the other.
+            self._in_thread_call(seq, self._next_sync_batch)
+        else:
+            self._finish_stream(seq, self._next_sync_batch)
 
     async def _stream_batch(self, seq: int) -> None:
         # The lock is FIFO, so batches leave the stream in submission order.
         async with self._stream_lock:
             if self._exhausted:
                 self._complete(seq, exhausted=True)
-            elif self._async_stream is not None:
-                await self._finish_stream_async(seq)
             else:
-                try:
-                    batch = await anyio.to_thread.run_sync(
-                        self._next_sync_batch, limiter=self._threads
-                    )
-                except Exception as error:
-                    self._complete(seq, error=error)
-                else:
-                    self._deliver_stream_batch(seq, batch)
+                await self._finish_stream_async(seq)
 
     def _finish_stream(self, seq: int, read: Callable[[], Any]) -> None:
         if self._exhausted:

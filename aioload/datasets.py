@@ -112,6 +112,11 @@ def _len(obj: Any) -> int:
 def _as_rows(array: Any) -> int:
     shape = getattr(array, "shape", None)
     if shape is None:
+        if not _has_len(array):
+            raise TypeError(
+                "ArrayDataset needs arrays (objects with a shape or a length); "
+                f"got {type(array).__name__}"
+            )
         return len(array)
     if len(shape) == 0:
         raise ValueError("ArrayDataset needs arrays with at least one dimension; got a 0-d array")
@@ -151,8 +156,14 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
         return tuple(array[index] for array in self.arrays)
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, ...]]:
-        # One fancy-indexing read per array instead of one per key and array.
-        columns = [np.asarray(array)[np.asarray(indices, dtype=np.intp)] for array in self.arrays]
+        # One fancy-indexing read per numpy array instead of one per key; other
+        # arrays (lists, tensors) are read per key so that samples keep the types
+        # ``__getitem__`` gives them.
+        keys = np.asarray(indices, dtype=np.intp)
+        columns = [
+            array[keys] if isinstance(array, np.ndarray) else [array[k] for k in indices]
+            for array in self.arrays
+        ]
         return list(zip(*columns, strict=True))
 
     def __len__(self) -> int:
@@ -181,7 +192,7 @@ class StackDataset(Dataset[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if args and kwargs:
             raise ValueError(
-                "Supported either ``tuple``- (via ``args``) or"
+                "Supported either ``tuple``- (via ``args``) or "
                 "``dict``- (via ``kwargs``) like input/output, but both types are given."
             )
         members: list[Any] = list(args) if args else list(kwargs.values())
@@ -401,6 +412,8 @@ def random_split(
         >>> [len(s) for s in random_split(range(30), [0.3, 0.3, 0.4], generator=42)]
         [9, 9, 12]
     """
+    if isinstance(lengths, np.ndarray):
+        lengths = lengths.tolist()
     if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
         raise TypeError(f"lengths must be a sequence of ints or floats; got {lengths!r}")
     if not lengths:
@@ -409,7 +422,10 @@ def random_split(
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         lengths = _fractions_to_lengths(lengths, n)
     elif any(isinstance(x, float) for x in lengths):
-        raise ValueError(f"fractions must sum to 1; got {list(lengths)!r} (sum {sum(lengths)})")
+        raise ValueError(
+            f"lengths must be ints summing to the dataset's length ({n}) or fractions "
+            f"summing to 1; got {list(lengths)!r} (sum {sum(lengths)})"
+        )
     for length in lengths:
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
             raise TypeError(f"lengths must be all ints or all fractions; got {list(lengths)!r}")

@@ -97,28 +97,31 @@ class _Group:
 class ItemPool:
     """Runs item awaitables concurrently on the current loop, at most ``limit`` in flight.
 
+    The pool owns its runner tasks: :meth:`aclose` (called when the epoch
+    ends, however it ends) cancels them and waits for them.
+
     Args:
         limit: the most items started and not yet finished at any moment,
             across every submission.
-        spawn: starts a task for ``spawn(coroutine_function, *args)`` in the
-            scope that owns the iteration (an anyio task group's
-            ``start_soon``), so runners are cancelled with it.
 
     Example::
 
-        pool = ItemPool(256, task_group.start_soon)
+        pool = ItemPool(256)
         pool.submit([dataset[k] for k in keys], on_done)  # on_done(results, error)
+        ...
+        await pool.aclose()
     """
 
-    def __init__(self, limit: int, spawn: Callable[..., object]) -> None:
+    def __init__(self, limit: int) -> None:
         if limit < 1:
             raise ValueError(f"the item concurrency limit must be >= 1; got {limit}")
         self._free = limit
-        self._spawn = spawn
         self._groups: deque[_Group] = deque()
         self._taker = False  # a runner holds the taker role
         self._idle: asyncio.Future[None] | None = None  # the taker waiting for work
         self._slot: asyncio.Future[None] | None = None  # the taker waiting for a free slot
+        self._runners: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def submit(self, items: Sequence[Any], done: Done) -> None:
         """Resolves every awaitable in ``items`` (plain values pass through).
@@ -138,12 +141,25 @@ class ItemPool:
                 self._idle = None
                 idle.set_result(None)
             else:
-                self._spawn(self._run)
+                self._spawn()
 
-    def close(self) -> None:
-        """Drops the queued work (the epoch is over); running items end with their tasks."""
+    def _spawn(self) -> None:
+        if self._closed:
+            return
+        runner = asyncio.get_running_loop().create_task(self._run(), name="aioload-item-runner")
+        self._runners.add(runner)
+        runner.add_done_callback(self._runners.discard)
+
+    async def aclose(self) -> None:
+        """Ends the pool: queued items are dropped, running ones cancelled and awaited."""
+        self._closed = True
         while self._groups:
             self._groups.popleft().close_unstarted()
+        runners = list(self._runners)
+        for runner in runners:
+            runner.cancel()
+        if runners:
+            await asyncio.wait(runners)
 
     def _release(self) -> None:
         slot = self._slot
@@ -196,7 +212,7 @@ class ItemPool:
                 continue
             # The item suspended: hand the taker role on and drive the item to its end.
             if groups:
-                self._spawn(self._run)
+                self._spawn()
             else:
                 self._taker = False
             try:

@@ -21,7 +21,13 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aioload.datasets import ConcatDataset, StackDataset, Subset, _is_iterable_dataset
+from aioload.datasets import (
+    ChainDataset,
+    ConcatDataset,
+    StackDataset,
+    Subset,
+    _is_iterable_dataset,
+)
 from aioload.eager import Done, ItemPool
 
 __all__ = ["DatasetProtocol", "Fetcher", "inspect_dataset"]
@@ -63,7 +69,7 @@ def inspect_dataset(dataset: Any) -> DatasetProtocol:
     if _is_iterable_dataset(dataset):
         return DatasetProtocol(
             iterable=True,
-            is_async=hasattr(kind, "__aiter__"),
+            is_async=_stream_is_async(dataset),
             batched=False,
             thread_safe=thread_safe,
         )
@@ -80,6 +86,14 @@ def inspect_dataset(dataset: Any) -> DatasetProtocol:
         batched=getitems is not None,
         thread_safe=thread_safe,
     )
+
+
+def _stream_is_async(dataset: Any) -> bool:
+    # A ChainDataset has __aiter__ for its async members' sake; a chain of sync
+    # members is a sync stream, which the loader reads in a thread.
+    if isinstance(dataset, ChainDataset):
+        return any(_stream_is_async(member) for member in dataset.datasets)
+    return hasattr(type(dataset), "__aiter__")
 
 
 def _items_are_async(dataset: Any) -> bool:

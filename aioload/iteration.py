@@ -102,7 +102,9 @@ class AsyncBatchIterator:
                     async with asyncio.timeout(self._timeout):
                         await output.wait()
                 except TimeoutError:
-                    raise _timeout_error(epoch, self._timeout) from None
+                    error = _timeout_error(epoch, self._timeout)
+                    del self, epoch, output  # see below: the error must not pin the epoch
+                    raise error from None
             else:
                 await output.wait()
             delivery = output.get_nowait()
@@ -113,6 +115,9 @@ class AsyncBatchIterator:
         if delivery.seq >= 0:
             epoch.release()
         if delivery.error is not None:
+            # The traceback keeps this frame alive as long as the caller keeps the
+            # error; it must not keep the iterator (and the running epoch) alive too.
+            del self, epoch, output
             raise delivery.error
         return delivery.batch
 
@@ -220,7 +225,9 @@ class SyncBatchIterator:
             delivery = self._output.get(self._timeout if self._timeout > 0 else None)
         except queue.Empty:
             assert epoch is not None
-            raise _timeout_error(epoch, self._timeout) from None
+            error = _timeout_error(epoch, self._timeout)
+            del self, epoch  # see AsyncBatchIterator.__anext__
+            raise error from None
         except BaseException:  # KeyboardInterrupt while waiting
             self.close()
             raise
@@ -230,6 +237,7 @@ class SyncBatchIterator:
         if delivery.seq >= 0 and epoch is not None:
             epoch.release_threadsafe()
         if delivery.error is not None:
+            del self, epoch  # see AsyncBatchIterator.__anext__
             raise delivery.error
         return delivery.batch
 

@@ -26,8 +26,14 @@ __all__ = ["DEFAULT_CONCURRENCY", "DataLoader"]
 DEFAULT_CONCURRENCY = 256
 """Async item fetches in flight at once on one event loop unless ``concurrency`` says otherwise."""
 
-_START_METHODS = ("fork", "spawn", "forkserver")
-_FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset")
+_FROZEN_AFTER_INIT = (
+    "batch_size",
+    "batch_sampler",
+    "sampler",
+    "drop_last",
+    "dataset",
+    "persistent_workers",
+)
 
 
 class DataLoader:
@@ -128,6 +134,8 @@ class DataLoader:
                     f"prefetch_factor should be a positive integer (batches in flight per "
                     f"worker); got {prefetch_factor}"
                 )
+        elif num_workers > 0:
+            prefetch_factor = 2
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
         if concurrency is None:
@@ -183,8 +191,11 @@ class DataLoader:
                 )
         else:
             _check_batch_size(batch_size)
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
+            # torch's BatchSampler checks drop_last; the other branches only test its truth.
+            if not isinstance(drop_last, bool):
+                raise ValueError(
+                    f"drop_last should be a boolean value, but got drop_last={drop_last!r}"
+                )
 
         rng = _as_generator(generator)
         if not protocol.iterable:
@@ -343,10 +354,11 @@ def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
             f"(num_workers > 0), but got num_workers={num_workers}"
         )
     if isinstance(context, str):
-        if context not in _START_METHODS:
+        start_methods = multiprocessing.get_all_start_methods()
+        if context not in start_methods:
             raise ValueError(
                 "multiprocessing_context option should specify a valid start method in "
-                f"{list(_START_METHODS)!r}, but got multiprocessing_context={context!r}"
+                f"{start_methods!r}, but got multiprocessing_context={context!r}"
             )
     elif not isinstance(context, multiprocessing.context.BaseContext):
         raise TypeError(

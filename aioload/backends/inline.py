@@ -70,7 +70,7 @@ class InlineBackend:
         protocol = fetcher.protocol
         self._is_async = protocol.is_async
         self._offload = offload_sync and not protocol.is_async
-        self._pool = ItemPool(concurrency, task_group.start_soon)
+        self._pool = ItemPool(concurrency)
         self._loop = asyncio.get_running_loop()
         self._thread_count = (
             min(concurrency, _THREADS_FOR_THREAD_SAFE)
@@ -104,7 +104,7 @@ class InlineBackend:
         self._submit(seq, keys)
 
     async def aclose(self) -> None:
-        self._pool.close()
+        await self._pool.aclose()
         stream = self._async_stream
         if stream is not None and hasattr(stream, "aclose"):
             await stream.aclose()

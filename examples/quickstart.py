@@ -1,0 +1,58 @@
+"""Quick start: the same loader iterated by a classic script and by an async service.
+
+Run: ``python examples/quickstart.py``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from aioload import ArrayDataset, DataLoader
+
+
+class RemoteImages:
+    """A stand-in for images in an object store: every read waits 20 ms."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    async def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        await asyncio.sleep(0.02)  # network latency
+        rng = np.random.default_rng(i)
+        return rng.random((3, 32, 32), dtype=np.float32), i % 10
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def classic_script() -> None:
+    features = np.random.default_rng(0).random((1000, 16), dtype=np.float32)
+    labels = np.arange(1000) % 10
+    loader = DataLoader(ArrayDataset(features, labels), batch_size=64, shuffle=True, generator=0)
+    for epoch in range(2):
+        total = 0
+        for x, y in loader:
+            total += len(y)
+        print(f"epoch {epoch}: {total} samples, last batch x{tuple(x.shape)} y{tuple(y.shape)}")
+
+
+async def async_service() -> None:
+    loader = DataLoader(RemoteImages(2048), batch_size=64, concurrency=512)
+    start = time.perf_counter()
+    seen = 0
+    async for images, _labels in loader:
+        seen += len(images)
+    elapsed = time.perf_counter() - start
+    serial = 2048 * 0.02
+    print(
+        f"async for: {seen} remote reads of 20 ms in {elapsed:.2f} s "
+        f"({seen / elapsed:,.0f} items/s; a serial reader would need {serial:.0f} s)"
+    )
+
+
+if __name__ == "__main__":
+    classic_script()
+    asyncio.run(async_service())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.scheduler import Epoch, LoaderTimeoutError
 
 __all__ = ["AsyncBatchIterator", "SyncBatchIterator", "new_event_loop"]
+
+_WAIT_SLICE = 0.1
 
 EpochFactory = Callable[[asyncio.AbstractEventLoop, LoopOutput | ThreadOutput, bool], Epoch]
 
@@ -89,9 +92,9 @@ class AsyncBatchIterator:
         self._driver.add_done_callback(lambda driver: _report_crash(driver, output))
 
     async def __anext__(self) -> Any:
+        if self._finished:
+            raise StopAsyncIteration
         if self._driver is None:
-            if self._finished:
-                raise StopAsyncIteration
             self._start()
         output, epoch = self._output, self._epoch
         assert output is not None and epoch is not None
@@ -222,7 +225,7 @@ class SyncBatchIterator:
             raise StopIteration
         epoch = self._thread.epoch
         try:
-            delivery = self._output.get(self._timeout if self._timeout > 0 else None)
+            delivery = self._wait_for_delivery()
         except queue.Empty:
             assert epoch is not None
             error = _timeout_error(epoch, self._timeout)
@@ -240,6 +243,21 @@ class SyncBatchIterator:
             del self, epoch  # see AsyncBatchIterator.__anext__
             raise delivery.error
         return delivery.batch
+
+    def _wait_for_delivery(self) -> Delivery:
+        # Wait in short slices: a KeyboardInterrupt raised in this thread by
+        # other means than a signal (interrupt_main) is only seen between them.
+        deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
+        while True:
+            wait = _WAIT_SLICE
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    raise queue.Empty
+            try:
+                return self._output.get(wait)
+            except queue.Empty:
+                continue
 
     def close(self) -> None:
         """Stops the epoch and joins aioload's loop thread."""

@@ -73,7 +73,8 @@ class DataLoader:
             ``num_workers=0``, where it sizes the window of batches in flight
             on the event loop; the default there is enough batches to keep
             ``concurrency`` items in flight and at least 4:
-            ``max(4, ceil(concurrency / batch_size))``.
+            ``max(4, 2 * ceil(concurrency / batch_size))`` (twice what
+            ``concurrency`` needs, so refilling the window never starves it).
         persistent_workers: keep the worker processes between epochs.
         pin_memory_device: the device to pin for (torch tensors only).
         in_order: yield batches in sampler order; ``False`` yields them as
@@ -257,7 +258,7 @@ class DataLoader:
             batch = self.batch_size or getattr(self.batch_sampler, "batch_size", None)
             if not isinstance(batch, int) or batch < 1:
                 batch = 32 if self.batch_sampler is not None else 1
-            per_worker = max(4, math.ceil(self.concurrency / batch))
+            per_worker = max(4, 2 * math.ceil(self.concurrency / batch))
         return per_worker * max(1, self.num_workers)
 
     @property

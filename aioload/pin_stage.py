@@ -56,7 +56,10 @@ class PinThread:
             delivery = self._inbox.get()
             if delivery is _STOP:
                 loop, stopped = self._stopped
-                loop.call_soon_threadsafe(_resolve, stopped)
+                try:
+                    loop.call_soon_threadsafe(_resolve, stopped)
+                except RuntimeError:  # the loop closed while stop() was being cancelled
+                    pass
                 return
             if delivery.error is None and delivery is not END:
                 try:
@@ -64,7 +67,10 @@ class PinThread:
                 except Exception as error:
                     error.add_note(f"raised while pinning batch {delivery.seq}")
                     delivery = Delivery(delivery.seq, error=error)
-            self._output.put_threadsafe(delivery)
+            try:
+                self._output.put_threadsafe(delivery)
+            except RuntimeError:  # the consumer's loop is closed: nobody will read it
+                pass
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

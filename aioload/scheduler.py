@@ -196,6 +196,10 @@ class Epoch:
                 pending[seq] = keys
                 submit(seq, keys)
                 seq += 1
+                # A fetch that completes inside submit() never yields: give the
+                # loop a turn so that cancellation (a consumer's break) and the
+                # hand-off run between batches, not after the whole window.
+                await asyncio.sleep(0)
 
     def _complete(
         self,

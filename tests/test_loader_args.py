@@ -473,21 +473,21 @@ def test_default_window_keeps_concurrency_items_in_flight(
     batch_size: int, concurrency: int | None
 ) -> None:
     loader = DataLoader(Items(10), batch_size=batch_size, concurrency=concurrency)
-    expected = max(4, math.ceil((concurrency or DEFAULT_CONCURRENCY) / batch_size))
+    expected = max(4, 2 * math.ceil((concurrency or DEFAULT_CONCURRENCY) / batch_size))
     assert loader.window == expected
 
 
 def test_default_window_without_auto_batching_counts_items() -> None:
-    assert DataLoader(Items(10), batch_size=None, concurrency=100).window == 100
+    assert DataLoader(Items(10), batch_size=None, concurrency=100).window == 200
 
 
 def test_default_window_uses_the_batch_samplers_batch_size() -> None:
     batch_sampler = BatchSampler(SequentialSampler(range(100)), 16, False)
-    assert DataLoader(Items(100), batch_sampler=batch_sampler).window == 16
+    assert DataLoader(Items(100), batch_sampler=batch_sampler).window == 2 * 256 // 16
 
 
 def test_default_window_for_an_iterable_dataset() -> None:
-    assert DataLoader(Stream(10), batch_size=3).window == math.ceil(DEFAULT_CONCURRENCY / 3)
+    assert DataLoader(Stream(10), batch_size=3).window == 2 * math.ceil(DEFAULT_CONCURRENCY / 3)
 
 
 # len()

@@ -192,6 +192,8 @@ class _LoopThread:
 
     def stop(self) -> None:
         """Cancels the driver and joins the thread."""
+        if self.epoch is not None:
+            self.epoch.request_stop()
         loop, driver = self._loop, self._driver
         if loop is not None and driver is not None:
             try:

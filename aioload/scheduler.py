@@ -128,6 +128,11 @@ class Epoch:
         self._producer_error: BaseException | None = None
         self._emit: Callable[[Delivery], None] = output.put
         self._all_delivered = asyncio.Event()
+        self.stop_requested = False
+
+    def request_stop(self) -> None:
+        """Asks the producer to draw no more batches (any thread); cancellation follows."""
+        self.stop_requested = True
 
     def release(self) -> None:
         """The consumer took a delivery out (call on the loop)."""
@@ -196,10 +201,11 @@ class Epoch:
                 pending[seq] = keys
                 submit(seq, keys)
                 seq += 1
-                # A fetch that completes inside submit() never yields: give the
-                # loop a turn so that cancellation (a consumer's break) and the
-                # hand-off run between batches, not after the whole window.
-                await asyncio.sleep(0)
+                # A fetch that completes inside submit() never yields to the loop,
+                # so a cancellation sent from the consumer's thread could only land
+                # after the whole window; the flag stops the producer at once.
+                if self.stop_requested:
+                    return
 
     def _complete(
         self,

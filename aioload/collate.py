@@ -109,7 +109,7 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
             return fn(batch, collate_fn_map=collate_fn_map)
 
     if isinstance(elem, collections.abc.Mapping):
-        return _rebuild_mapping(
+        return rebuild_mapping(
             elem,
             {key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map) for key in elem},
         )
@@ -120,7 +120,7 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
         columns = _transpose(batch)
         if isinstance(elem, tuple):
             return [collate(column, collate_fn_map=collate_fn_map) for column in columns]
-        return _rebuild_sequence(
+        return rebuild_sequence(
             elem, [collate(column, collate_fn_map=collate_fn_map) for column in columns]
         )
 
@@ -202,13 +202,13 @@ def default_convert(data: Any) -> Any:
     if isinstance(data, np.ndarray | np.generic | str | bytes):
         return data
     if isinstance(data, collections.abc.Mapping):
-        return _rebuild_mapping(data, {key: default_convert(data[key]) for key in data})
+        return rebuild_mapping(data, {key: default_convert(data[key]) for key in data})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
         return type(data)(*(default_convert(d) for d in data))
     if isinstance(data, tuple):
         return [default_convert(d) for d in data]
     if isinstance(data, collections.abc.Sequence):
-        return _rebuild_sequence(data, [default_convert(d) for d in data])
+        return rebuild_sequence(data, [default_convert(d) for d in data])
     return data
 
 
@@ -353,7 +353,8 @@ def _transpose(batch: Sequence[Any]) -> list[tuple[Any, ...]]:
         raise RuntimeError("each element in list of batch should be of equal size") from None
 
 
-def _rebuild_mapping(template: Mapping[Any, Any], values: dict[Any, Any]) -> Any:
+def rebuild_mapping(template: Mapping[Any, Any], values: dict[Any, Any]) -> Any:
+    """A mapping of ``template``'s type holding ``values`` (a plain dict when that fails)."""
     # A mapping type may carry extra state (OrderedDict's order, defaultdict's factory): copy the
     # sample and overwrite its values when it is mutable, else call the type on a dict.
     if type(template) is dict:
@@ -368,7 +369,8 @@ def _rebuild_mapping(template: Mapping[Any, Any], values: dict[Any, Any]) -> Any
         return values
 
 
-def _rebuild_sequence(template: Sequence[Any], values: list[Any]) -> Any:
+def rebuild_sequence(template: Sequence[Any], values: list[Any]) -> Any:
+    """A sequence of ``template``'s type holding ``values`` (a plain list when that fails)."""
     if type(template) is list:
         return values
     try:

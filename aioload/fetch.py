@@ -23,9 +23,8 @@ from typing import Any
 
 from aioload.datasets import (
     ChainDataset,
-    ConcatDataset,
-    StackDataset,
     Subset,
+    _getitem_is_async,
     _is_iterable_dataset,
 )
 from aioload.eager import Done, ItemPool
@@ -97,11 +96,10 @@ def _stream_is_async(dataset: Any) -> bool:
 
 
 def _items_are_async(dataset: Any) -> bool:
-    if isinstance(dataset, (ConcatDataset, StackDataset)):
-        return dataset._async
     if isinstance(dataset, Subset):
-        return _items_are_async(dataset.dataset) or inspect_dataset(dataset.dataset).is_async
-    return inspect.iscoroutinefunction(getattr(type(dataset), "__getitem__", None))
+        # Subset.__getitems__ forwards to the parent's, which may be async.
+        return inspect_dataset(dataset.dataset).is_async
+    return _getitem_is_async(dataset)
 
 
 class Fetcher:

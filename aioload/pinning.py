@@ -30,7 +30,6 @@ blocks waiting for the consumer and never locks more than ``max_bytes``.
 from __future__ import annotations
 
 import collections
-import copy
 import ctypes
 import ctypes.util
 import errno
@@ -41,12 +40,14 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+from aioload.collate import rebuild_mapping, rebuild_sequence
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -472,29 +473,16 @@ def _pin(data: Any, pool: PinnedBufferPool, device: str) -> Any:
     if isinstance(data, str | bytes | bytearray | memoryview):
         return data
     if isinstance(data, Mapping):
-        items = {key: _pin(value, pool, device) for key, value in data.items()}
-        try:
-            if isinstance(data, MutableMapping):
-                # A copy keeps what the constructor would lose (defaultdict's factory, ...).
-                clone = copy.copy(data)
-                clone.update(items)
-                return clone
-            return type(data)(items)  # type: ignore[call-arg]
-        except TypeError:
-            return items
+        return rebuild_mapping(
+            data, {key: _pin(value, pool, device) for key, value in data.items()}
+        )
     if isinstance(data, tuple) and hasattr(data, "_fields"):
         return type(data)(*(_pin(item, pool, device) for item in data))
     if isinstance(data, Sequence):
-        pinned = [_pin(item, pool, device) for item in data]
-        try:
-            if isinstance(data, MutableSequence):
-                mutable_clone = copy.copy(data)
-                for index, item in enumerate(pinned):
-                    mutable_clone[index] = item
-                return mutable_clone
-            return type(data)(pinned)  # type: ignore[call-arg]
-        except TypeError:
-            return tuple(pinned) if isinstance(data, tuple) else pinned
+        rebuilt = rebuild_sequence(data, [_pin(item, pool, device) for item in data])
+        if isinstance(data, tuple) and not isinstance(rebuilt, tuple):
+            return tuple(rebuilt)  # a tuple whose type could not be rebuilt stays a tuple
+        return rebuilt
     method = getattr(data, "pin_memory", None)
     if callable(method) and not isinstance(data, type):
         return method()

@@ -11,6 +11,7 @@ Example::
         ...
 """
 
+from aioload.backends.processes import WorkerCrashedError, WorkerError
 from aioload.collate import collate, default_collate, default_collate_fn_map, default_convert
 from aioload.datasets import (
     ArrayDataset,
@@ -24,7 +25,7 @@ from aioload.datasets import (
     random_split,
 )
 from aioload.fetch import DatasetProtocol, inspect_dataset
-from aioload.loader import DEFAULT_CONCURRENCY, DataLoader
+from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, DataLoader
 from aioload.samplers import (
     BatchSampler,
     DistributedSampler,
@@ -36,9 +37,11 @@ from aioload.samplers import (
     is_async_sampler,
 )
 from aioload.scheduler import LoaderTimeoutError
+from aioload.worker import WorkerInfo, get_worker_info
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_WORKER_RESTARTS",
     "ArrayDataset",
     "BatchSampler",
     "ChainDataset",
@@ -57,10 +60,14 @@ __all__ = [
     "SubsetRandomSampler",
     "TensorDataset",
     "WeightedRandomSampler",
+    "WorkerCrashedError",
+    "WorkerError",
+    "WorkerInfo",
     "collate",
     "default_collate",
     "default_collate_fn_map",
     "default_convert",
+    "get_worker_info",
     "inspect_dataset",
     "is_async_sampler",
     "random_split",

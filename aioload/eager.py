@@ -11,15 +11,24 @@ Why a suspended item stays in its runner: ``asyncio.timeout``, anyio cancel
 scopes and task groups remember the task they were entered in. An item that
 enters one before its first suspension must be resumed in the same task, or
 its scope would be exited "in a different task". So a runner that sees its
-item suspend keeps driving that item to the end itself, and a new runner takes
-over the queue. Every item runs start to finish inside one task; a task is
-created only when an item suspends; at most ``limit`` items are in flight.
+item suspend keeps driving that item to the end itself, and another runner
+takes over the free slots. Every item runs start to finish inside one task;
+at most ``limit`` items are in flight.
 
-Roles: exactly one runner at a time is the *taker* — it starts items from the
-queue. When its item suspends it hands the taker role to a new runner. A
-runner whose item finished becomes the taker again if nobody is, and otherwise
-ends. When the queue is empty the taker waits for work, so a stream of
-never-suspending items costs no task at all beyond that one runner.
+Why a runner keeps its slot: when its item finishes and items are queued, the
+runner starts the next one itself, in the same step. Under steady load every
+completion starts the next item at once: no task is created and no hand-off
+waits for another loop iteration, which at a high ``limit`` would cap the rate
+at which items start.
+
+Calling a runner: free slots (at the start, or when work arrives after the
+queue ran dry) are taken by the one runner *called* for them: the runner
+waiting for work is woken, or, when none is, a new one is created. When the
+item a runner started suspends while slots are free and items are queued, it
+calls the next, so a new task is created only when an item suspends. A runner
+that finds no work (or no free slot) waits for work if no other runner does,
+and otherwise ends; a stream of never-suspending items costs no task at all
+beyond that one runner.
 """
 
 from __future__ import annotations
@@ -117,9 +126,8 @@ class ItemPool:
             raise ValueError(f"the item concurrency limit must be >= 1; got {limit}")
         self._free = limit
         self._groups: deque[_Group] = deque()
-        self._taker = False  # a runner holds the taker role
-        self._idle: asyncio.Future[None] | None = None  # the taker waiting for work
-        self._slot: asyncio.Future[None] | None = None  # the taker waiting for a free slot
+        self._calling = False  # a runner was called for the free slots and has not run yet
+        self._idle: asyncio.Future[None] | None = None  # the runner waiting for work
         self._runners: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -134,21 +142,39 @@ class ItemPool:
             done([], None)
             return
         self._groups.append(_Group(items, done))
-        if not self._taker:
-            self._taker = True
-            idle = self._idle
-            if idle is not None:
-                self._idle = None
-                idle.set_result(None)
-            else:
-                self._spawn()
+        # With no free slot, the runner whose item finishes first starts these.
+        if self._free and not self._calling:
+            self._call()
 
-    def _spawn(self) -> None:
+    def _call(self) -> None:
+        """Gets a runner to take the free slots: the idle one, else a new one."""
         if self._closed:
+            return
+        self._calling = True
+        idle = self._idle
+        if idle is not None:
+            self._idle = None
+            idle.set_result(None)
             return
         runner = asyncio.get_running_loop().create_task(self._run(), name="aioload-item-runner")
         self._runners.add(runner)
-        runner.add_done_callback(self._runners.discard)
+        runner.add_done_callback(self._ended)
+
+    def _ended(self, runner: asyncio.Task[None]) -> None:
+        self._runners.discard(runner)
+        # A runner that died (cancelled, or done() or an item raised past
+        # ``except Exception``) did not start the next item with its slot.
+        if self._free and not self._calling and self._queued():
+            self._call()
+
+    def _queued(self) -> bool:
+        """Whether an item waits to be started (finished submissions are dropped)."""
+        groups = self._groups
+        while groups:
+            if groups[0].next < len(groups[0].items):
+                return True
+            groups.popleft()
+        return False
 
     async def aclose(self) -> None:
         """Ends the pool: queued items are dropped, running ones cancelled and awaited."""
@@ -161,37 +187,25 @@ class ItemPool:
         if runners:
             await asyncio.wait(runners)
 
-    def _release(self) -> None:
-        slot = self._slot
-        if slot is not None:
-            self._slot = None
-            if not slot.done():
-                slot.set_result(None)  # the slot passes straight to the waiting taker
-                return
-        self._free += 1
-
     async def _run(self) -> None:
         groups = self._groups
         loop = asyncio.get_running_loop()
+        self._calling = False
         while True:
-            # Taker: start items until one suspends.
-            if not groups:
-                self._taker = False
+            if not self._free or not self._queued():
+                if self._closed or self._idle is not None:
+                    return
                 idle = self._idle = loop.create_future()
-                await idle
+                try:
+                    await idle
+                finally:
+                    # Cancelled while waiting: later calls must not count on this runner.
+                    if self._idle is idle:
+                        self._idle = None
+                    self._calling = False
                 continue
             group = groups[0]
-            if group.next >= len(group.items):
-                groups.popleft()
-                continue
-            if self._free:
-                self._free -= 1
-            else:
-                slot = self._slot = loop.create_future()
-                await slot
-                if group.next >= len(group.items):  # failed while we waited
-                    self._release()
-                    continue
+            self._free -= 1
             index = group.next
             group.next += 1
             item = group.items[index]
@@ -210,11 +224,10 @@ class ItemPool:
                 self._free += 1
                 group.fail(error)
                 continue
-            # The item suspended: hand the taker role on and drive the item to its end.
-            if groups:
-                self._spawn()
-            else:
-                self._taker = False
+            # The item suspended: this runner drives it to its end, so another
+            # runner is called for the free slots.
+            if self._free and not self._calling and self._queued():
+                self._call()
             try:
                 value = await _resume(step, yielded)
             except Exception as error:
@@ -222,10 +235,9 @@ class ItemPool:
             else:
                 group.finish(index, value)
             finally:
-                self._release()
-            if self._taker or self._idle is not None:
-                return
-            self._taker = True
+                # The slot is released after done() ran, so work submitted from
+                # done() is started by this runner, not by a newly called one.
+                self._free += 1
 
 
 def _stepper(item: Any) -> Any:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import multiprocessing
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -14,17 +16,22 @@ import numpy as np
 
 from aioload.backends.base import Completion
 from aioload.backends.inline import InlineBackend
+from aioload.backends.processes import ProcessBackend, WorkerPool, start_method_context
 from aioload.collate import default_collate, default_convert
 from aioload.fetch import Fetcher, inspect_dataset
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
 from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
-from aioload.scheduler import Epoch
+from aioload.scheduler import BackendFactory, Epoch
+from aioload.worker import WorkerSetup
 
-__all__ = ["DEFAULT_CONCURRENCY", "DataLoader"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_WORKER_RESTARTS", "DataLoader"]
 
 DEFAULT_CONCURRENCY = 256
 """Async item fetches in flight at once on one event loop unless ``concurrency`` says otherwise."""
+
+DEFAULT_MAX_WORKER_RESTARTS = 3
+"""Worker deaths one epoch survives (by restarting the worker) unless told otherwise."""
 
 _FROZEN_AFTER_INIT = (
     "batch_size",
@@ -117,6 +124,7 @@ class DataLoader:
         pin_memory_device: str = "",
         in_order: bool = True,
         concurrency: int | None = None,
+        max_worker_restarts: int = DEFAULT_MAX_WORKER_RESTARTS,
     ) -> None:
         if not isinstance(num_workers, int) or isinstance(num_workers, bool):
             raise TypeError(f"num_workers should be an int; got {num_workers!r}")
@@ -148,10 +156,14 @@ class DataLoader:
         if not isinstance(in_order, bool):
             raise TypeError(f"in_order should be a bool; got {in_order!r}")
         _check_multiprocessing_context(multiprocessing_context, num_workers)
-        if num_workers > 0:
-            raise NotImplementedError(
-                "worker processes (num_workers > 0) are not available yet; "
-                "use num_workers=0, which loads on the event loop"
+        if (
+            not isinstance(max_worker_restarts, int)
+            or isinstance(max_worker_restarts, bool)
+            or max_worker_restarts < 0
+        ):
+            raise ValueError(
+                "max_worker_restarts should be a non-negative integer (worker deaths an epoch "
+                f"survives by restarting the worker); got {max_worker_restarts!r}"
             )
 
         protocol = inspect_dataset(dataset)
@@ -223,6 +235,7 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self.in_order = in_order
         self.concurrency = concurrency
+        self.max_worker_restarts = max_worker_restarts
         self._protocol = protocol
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
@@ -230,6 +243,9 @@ class DataLoader:
         self._window = self._window_size()
         self._pin_pool: Any = None
         self._pin_lock = threading.Lock()
+        self._pool: WorkerPool | None = None  # the persistent workers, once started
+        self._pool_lock = threading.Lock()
+        self._epochs = itertools.count()
         self.__initialized = True
 
     def __setattr__(self, attr: str, value: Any) -> None:
@@ -297,21 +313,32 @@ class DataLoader:
         output: LoopOutput | ThreadOutput,
         offload_sync: bool,
     ) -> Epoch:
-        fetcher = Fetcher(self.dataset, self._protocol)
         collate_fn = self.collate_fn
         batch_size = self.batch_size if self._auto_collation else None
+        # Drawn every epoch, whatever num_workers, before the sampler draws (as
+        # torch does), so a seeded generator shuffles alike with or without workers.
+        # Without a generator every epoch gets fresh entropy, like the samplers.
+        rng = self.generator if self.generator is not None else np.random.default_rng()
+        base_seed = int(rng.integers(1 << 62))
+        make_backend: BackendFactory
+        if self.num_workers > 0:
+            make_backend = self._process_backend_factory(base_seed)
+        else:
+            fetcher = Fetcher(self.dataset, self._protocol)
 
-        def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> InlineBackend:
-            return InlineBackend(
-                fetcher,
-                collate_fn,
-                batch_size=batch_size,
-                drop_last=self.drop_last,
-                concurrency=self.concurrency,
-                offload_sync=offload_sync,
-                task_group=task_group,
-                complete=complete,
-            )
+            def make_backend(
+                task_group: anyio.abc.TaskGroup, complete: Completion
+            ) -> InlineBackend:
+                return InlineBackend(
+                    fetcher,
+                    collate_fn,
+                    batch_size=batch_size,
+                    drop_last=self.drop_last,
+                    concurrency=self.concurrency,
+                    offload_sync=offload_sync,
+                    task_group=task_group,
+                    complete=complete,
+                )
 
         return Epoch(
             None if self._protocol.iterable else self._index_sampler,
@@ -322,6 +349,69 @@ class DataLoader:
             loop=loop,
             pin=self._pinner() if self.pin_memory else None,
         )
+
+    def _process_backend_factory(self, base_seed: int) -> BackendFactory:
+        persistent = self.persistent_workers
+        if persistent:
+            with self._pool_lock:
+                if self._pool is None or self._pool.closed:
+                    self._pool = self._new_pool(base_seed)
+                pool = self._pool
+        else:
+            pool = self._new_pool(base_seed)
+        epoch = next(self._epochs)
+
+        def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> ProcessBackend:
+            return ProcessBackend(
+                pool,
+                owns_pool=not persistent,
+                epoch=epoch,
+                iterable=self._protocol.iterable,
+                max_restarts=self.max_worker_restarts,
+                task_group=task_group,
+                complete=complete,
+            )
+
+        return make_backend
+
+    def _new_pool(self, base_seed: int) -> WorkerPool:
+        setup = WorkerSetup(
+            dataset=self.dataset,
+            collate_fn=self.collate_fn,
+            worker_init_fn=self.worker_init_fn,
+            batch_size=self.batch_size if self._auto_collation else None,
+            drop_last=self.drop_last,
+            concurrency=self.concurrency,
+            num_workers=self.num_workers,
+        )
+        pool = WorkerPool(
+            setup,
+            start_method_context(self.multiprocessing_context),
+            base_seed,
+            keep_free=(self.prefetch_factor or 2) + 2,
+        )
+        if self.persistent_workers:
+            # The workers go when the loader is closed or collected, or at exit.
+            weakref.finalize(self, pool.close)
+        return pool
+
+    def close(self) -> None:
+        """Stops the persistent worker processes (``persistent_workers=True``).
+
+        They also stop when the loader is garbage-collected and at interpreter
+        exit; a later iteration starts new ones. Without persistent workers
+        there is nothing to close: every epoch stops its own workers.
+        """
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _pinner(self) -> Callable[[Any], Any]:
         from aioload.pinning import PinnedBufferPool, pin_batch

@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from aioload.buffers import Lease, mapping_address, size_class
 from aioload.collate import rebuild_mapping, rebuild_sequence
 
 __all__ = [
@@ -62,7 +63,6 @@ T = TypeVar("T")
 #: Default bound on the memory a :class:`PinnedBufferPool` holds (and locks): 1 GiB.
 DEFAULT_MAX_BYTES = 1 << 30
 
-_PAGESIZE = mmap.PAGESIZE
 # Private, so that forked worker processes get copy-on-write pages rather than shared memory.
 _MMAP_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
 
@@ -99,19 +99,6 @@ def _mlock(address: int, size: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _size_class(nbytes: int) -> int:
-    """Round ``nbytes`` up to whole pages with at most three significant bits.
-
-    Classes are 1, 2, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, ... pages: batches of slightly
-    different sizes share a class, and rounding whole pages up to a class wastes at most a fifth
-    of the buffer.
-    """
-    pages = max(1, -(-nbytes // _PAGESIZE))
-    shift = max(0, pages.bit_length() - 3)
-    pages = -(-pages >> shift) << shift
-    return pages * _PAGESIZE
-
-
 class _Buffer:
     """One anonymous mapping, its address and whether it is locked and owned by a pool."""
 
@@ -121,10 +108,7 @@ class _Buffer:
         self.mapping = (
             mmap.mmap(-1, size, flags=_MMAP_FLAGS) if _MMAP_FLAGS else mmap.mmap(-1, size)
         )
-        # The ctypes view exports the mapping's buffer; dropping it at once keeps close() possible.
-        view = ctypes.c_char.from_buffer(self.mapping)
-        self.address = ctypes.addressof(view)
-        del view
+        self.address = mapping_address(self.mapping)
         self.size = size
         self.pooled = pooled
         self.locked = False
@@ -132,31 +116,6 @@ class _Buffer:
     def free(self) -> None:
         # munmap also unlocks the pages, so no munlock call is needed.
         self.mapping.close()
-
-
-class _Lease:
-    """The ``base`` of arrays served from a buffer; its death returns the buffer."""
-
-    __slots__ = ("_buffer", "_pool")
-
-    def __init__(self, buffer: _Buffer, pool: PinnedBufferPool) -> None:
-        self._buffer = buffer
-        self._pool = pool
-
-    @property
-    def __array_interface__(self) -> dict[str, Any]:
-        return {
-            "version": 3,
-            "shape": (self._buffer.size,),
-            "typestr": "|u1",
-            "data": (self._buffer.address, False),
-        }
-
-    def __del__(self) -> None:
-        if self._buffer.pooled:
-            self._pool._release(self._buffer)
-        else:
-            self._buffer.free()
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +230,8 @@ class PinnedBufferPool:
         if any(d < 0 for d in dims):
             raise ValueError("negative dimensions are not allowed")
         buffer, failure = self._acquire(math.prod(dims) * dtype.itemsize)
-        raw = np.asarray(_Lease(buffer, self))
+        release = functools.partial(self._release, buffer) if buffer.pooled else buffer.free
+        raw = np.asarray(Lease(buffer.address, buffer.size, buffer, release))
         out: npt.NDArray[Any] = np.ndarray(dims, dtype=dtype, buffer=raw)
         if failure is not None:
             # Warned only now: if a warnings filter raises, the lease already returns the buffer.
@@ -410,7 +370,7 @@ class PinnedBufferPool:
 
     def _acquire(self, nbytes: int) -> tuple[_Buffer, OSError | None]:
         """Serve a buffer for ``nbytes``, and the ``mlock`` failure to warn about, if new."""
-        size = _size_class(nbytes)
+        size = size_class(nbytes)
         self._enter()
         try:
             if self._closed:

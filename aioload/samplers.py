@@ -14,6 +14,20 @@ only. Its constructor picks the right class (``BatchSampler`` or its private asy
 so that ``__aiter__`` exists exactly when the inner sampler is async, and a plain ``hasattr``
 / :func:`is_async_sampler` check is all a consumer needs.
 
+Checkpoint and resume: every built-in sampler has ``state_dict()`` and
+``load_state_dict(state)``. A state is a small JSON-serialisable dict taken between iterations
+or in the middle of one. A sampler built with the same arguments and given that state yields,
+on its next ``iter()``, exactly the keys the interrupted iteration had not yet yielded, and the
+iterations after that repeat the original's (same reshuffles: a state holds the generator state
+from the *start* of the interrupted iteration, which regenerates its order, and how many keys it
+had yielded, which are skipped by slicing, without iterating over them). Every state has
+``"type"`` (the sampler class), ``"version"``, ``"in_progress"`` (an iteration was started and
+not finished) and a count (``"yielded"`` keys, or ``"batches"`` for :class:`BatchSampler`). The
+count of an in-progress state may be lowered before loading, to resume after fewer items of
+the same iteration: a loader that has drawn keys ahead of what it delivered rewinds this way.
+A state describes the sampler's latest iteration; a sampler with no ``generator`` reshuffles
+from fresh entropy after the resumed iteration, as it always does.
+
 Keys from the built-in samplers are plain Python ``int``\\ s. Invalid arguments raise the
 exception type and message torch raises where torch checks the argument; arguments torch does
 not check raise ``TypeError`` for a wrong type and ``ValueError`` for a wrong value.
@@ -23,9 +37,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence, Sized
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+    Sized,
+)
 from itertools import chain, islice
-from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
+from operator import length_hint
+from typing import Any, ClassVar, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +66,7 @@ __all__ = [
     "is_async_sampler",
 ]
 
+T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 GeneratorLike: TypeAlias = np.random.Generator | int | None
@@ -50,6 +75,11 @@ GeneratorLike: TypeAlias = np.random.Generator | int | None
 # Keys drawn with replacement are produced lazily in chunks, so that a huge ``num_samples``
 # (an "infinite" sampler) costs no memory up front and an early ``break`` wastes little work.
 _CHUNK = 1024
+
+# Bumped when the layout of a ``state_dict()`` changes, so an old state is refused clearly.
+_STATE_VERSION = 1
+# The numpy bit generators whose state a sampler state may carry.
+_BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
 
 
 def is_async_sampler(obj: object) -> TypeGuard[AsyncIterable[Any]]:
@@ -99,8 +129,229 @@ class Sampler(Generic[T_co]):
         raise NotImplementedError
 
 
-class SequentialSampler(Sampler[int]):
+class _Iteration:
+    """One iteration of a sampler: what regenerates it, how far it got, whether it ended.
+
+    ``start`` is what the sampler needs to replay the iteration from its beginning (a
+    generator state, an epoch, an inner sampler's state). Keys pass through :meth:`track`,
+    which chains blocks of keys in C and reads the position off the current block iterator's
+    length hint, so that counting costs nothing per key; batches pass through :meth:`count`.
+    """
+
+    def __init__(self, start: Any, count: int = 0) -> None:
+        self.start = start
+        self.finished = False
+        # (items in finished blocks, length of the current block, its iterator), replaced as a
+        # whole so that a reader on another thread never sees half an update.
+        self._cursor: tuple[int, int, Iterator[Any] | None] = (count, 0, None)
+
+    @property
+    def position(self) -> int:
+        """How many items this iteration has yielded (counting any skipped on resume)."""
+        done, size, block = self._cursor
+        return done if block is None else done + size - length_hint(block)
+
+    def track(self, blocks: Iterable[Sequence[T]]) -> Iterator[T]:
+        """Chain ``blocks`` (lists or ranges) into one iterator, keeping :attr:`position`."""
+        return chain.from_iterable(self._tracked(blocks))
+
+    def _tracked(self, blocks: Iterable[Sequence[T]]) -> Iterator[Iterator[T]]:
+        for block in blocks:
+            done, size, _ = self._cursor
+            keys = iter(block)
+            # ``chain`` asks for the next block only once the previous one is used up.
+            self._cursor = (done + size, len(block), keys)
+            yield keys
+        self._cursor = (self.position, 0, None)
+        self.finished = True
+
+    def count(self, items: Iterable[T]) -> Iterator[T]:
+        """Yield ``items``, adding one to :attr:`position` per item."""
+        position = self.position
+        for item in items:
+            position += 1
+            self._cursor = (position, 0, None)
+            yield item
+        self.finished = True
+
+    async def acount(self, items: AsyncIterable[T]) -> AsyncIterator[T]:
+        """:meth:`count` for an async iterable."""
+        position = self.position
+        async for item in items:
+            position += 1
+            self._cursor = (position, 0, None)
+            yield item
+        self.finished = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled sampler carries the count, not the live iterator of the current block.
+        return {"start": self.start, "finished": self.finished, "_cursor": (self.position, 0, None)}
+
+
+class _Resumable(Sampler[int]):
+    """Base of the built-in key samplers: tracks iterations; ``state_dict``/``load_state_dict``.
+
+    A subclass says what starts an iteration (:meth:`_start`), how to yield its keys after
+    skipping the first ``n`` (:meth:`_keys`), and which fields of its own a state holds
+    (:meth:`_state_fields`, :meth:`_load_fields`).
+    """
+
+    _state_type: ClassVar[str]
+    _iteration: _Iteration | None = None  # the latest iteration
+    _resume: _Iteration | None = None  # loaded by ``load_state_dict``, run by the next iter()
+
+    def __iter__(self) -> Iterator[int]:
+        iteration = self._resume if self._resume is not None else _Iteration(self._start())
+        self._resume = None
+        self._iteration = iteration
+        return self._keys(iteration.start, iteration.position, iteration)
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return this sampler's position as a small JSON-serialisable dict.
+
+        Taken between iterations, the state restores what the next iteration will be; taken
+        during one (after some keys of ``iter(sampler)`` were consumed), it also holds how many
+        keys that iteration has yielded, and the next ``iter()`` of a sampler that loads it
+        yields the rest of that iteration. Fields: ``"type"``, ``"version"``,
+        ``"in_progress"``, ``"yielded"`` (``0`` between iterations) and the sampler's own
+        (see its class docstring).
+
+        Example:
+            >>> import json
+            >>> sampler = RandomSampler(range(6), generator=0)
+            >>> keys = iter(sampler)
+            >>> first = [next(keys), next(keys)]
+            >>> state = json.loads(json.dumps(sampler.state_dict()))
+            >>> state["in_progress"], state["yielded"]
+            (True, 2)
+            >>> resumed = RandomSampler(range(6), generator=0)
+            >>> resumed.load_state_dict(state)
+            >>> list(resumed) == list(keys)
+            True
+        """
+        iteration = self._resume if self._resume is not None else self._iteration
+        if iteration is not None and iteration.finished:
+            iteration = None
+        return {
+            "type": self._state_type,
+            "version": _STATE_VERSION,
+            "in_progress": iteration is not None,
+            "yielded": 0 if iteration is None else iteration.position,
+            **self._state_fields(iteration),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` of a sampler built with the same arguments.
+
+        If the state was taken during an iteration, the next ``iter()`` yields the rest of it
+        (its first keys are skipped by slicing, at no per-key cost); the iterations after that
+        are those the original sampler would have run.
+
+        Args:
+            state: the dict :meth:`state_dict` returned, possibly through JSON.
+
+        Raises:
+            ValueError: ``state`` comes from another sampler class or version, misses a field,
+                has a field of the wrong type, or does not fit this sampler (more keys yielded
+                than an iteration has, a generator state where there is no generator).
+
+        Example:
+            >>> sampler = SequentialSampler(range(5))
+            >>> sampler.load_state_dict(
+            ...     {"type": "SequentialSampler", "version": 1, "in_progress": True, "yielded": 3}
+            ... )
+            >>> list(sampler), list(sampler)
+            ([3, 4], [0, 1, 2, 3, 4])
+        """
+        in_progress, yielded = _check_header(state, self._state_type, "yielded")
+        if in_progress and yielded > len(self):
+            raise ValueError(
+                f"{self._state_type} state has yielded={yielded}, more than the {len(self)} "
+                "keys an iteration of this sampler has: was it built with the same arguments?"
+            )
+        start = self._load_fields(state, in_progress)
+        self._iteration = None
+        self._resume = _Iteration(start, yielded) if in_progress else None
+
+    def _start(self) -> Any:
+        """What replays a new iteration from its beginning (taken when it starts)."""
+        return None
+
+    def _keys(self, start: Any, skip: int, iteration: _Iteration) -> Iterator[int]:
+        """The keys of the iteration that ``start`` replays, after the first ``skip``."""
+        raise NotImplementedError
+
+    def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
+        """The fields of a state beyond the common ones (``iteration``: the one in progress)."""
+        return {}
+
+    def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
+        """Check and apply this sampler's own fields; return the resumed iteration's start."""
+        return None
+
+
+class _Shuffling(_Resumable):
+    """A :class:`_Resumable` whose keys come from a numpy ``generator``.
+
+    An iteration starts from the generator's bit-generator state, which a state carries as
+    ``"generator"``: the state at the start of the iteration in progress, or the current one
+    between iterations (``None`` for a sampler without a generator).
+    """
+
+    generator: np.random.Generator | None
+
+    def _start(self) -> Mapping[str, Any]:
+        return _rng(self.generator).bit_generator.state
+
+    def _rng_at(self, start: Mapping[str, Any]) -> np.random.Generator:
+        """The generator to draw an iteration with, set to the state it started from."""
+        rng = self.generator
+        if rng is None:
+            rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
+        rng.bit_generator.state = start
+        return rng
+
+    def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
+        if iteration is not None:
+            generator = iteration.start
+        elif self.generator is not None:
+            generator = self.generator.bit_generator.state
+        else:
+            generator = None
+        return {"generator": _plain(generator)}
+
+    def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
+        generator = _field(state, self._state_type, "generator", dict, optional=True)
+        if generator is None:
+            if in_progress:
+                raise ValueError(
+                    f"{self._state_type} state is in progress but has generator=None: an "
+                    "iteration in progress needs the generator state it started from"
+                )
+            if self.generator is not None:
+                raise ValueError(
+                    f"{self._state_type} state has generator=None (its sampler had no "
+                    "generator), but this sampler has one: build it with the same arguments"
+                )
+            return None
+        _check_generator_state(generator, self._state_type, self.generator)
+        if not in_progress:
+            if self.generator is None:
+                raise ValueError(
+                    f"{self._state_type} state has a generator state, but this sampler has "
+                    "generator=None: build it with the same arguments"
+                )
+            self.generator.bit_generator.state = generator
+        return generator
+
+
+class SequentialSampler(_Resumable):
     """Yield ``0, 1, ..., len(data_source) - 1``, always in that order.
+
+    Its state (see :meth:`state_dict`) holds only the common fields.
 
     Args:
         data_source: the dataset (anything with ``__len__``) to sample from.
@@ -110,22 +361,28 @@ class SequentialSampler(Sampler[int]):
         [0, 1, 2, 3]
     """
 
+    _state_type = "SequentialSampler"
+
     def __init__(self, data_source: Sized) -> None:
         self.data_source = data_source
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(len(self.data_source)))
+    def _keys(self, start: None, skip: int, iteration: _Iteration) -> Iterator[int]:
+        return iteration.track([range(skip, len(self.data_source))])
 
     def __len__(self) -> int:
         return len(self.data_source)
 
 
-class RandomSampler(Sampler[int]):
+class RandomSampler(_Shuffling):
     """Yield the indices of ``data_source`` in random order.
 
     Without replacement each epoch is a random permutation; a ``num_samples`` larger than the
     dataset yields whole permutations followed by a partial one. With replacement,
     ``num_samples`` indices are drawn independently and uniformly.
+
+    Its state (see :meth:`state_dict`) adds ``"generator"``, a bit-generator state. Resuming
+    in the middle of an iteration redraws it from its start, in bulk, and skips what was
+    yielded.
 
     Args:
         data_source: the dataset (anything with ``__len__``) to sample from.
@@ -172,28 +429,34 @@ class RandomSampler(Sampler[int]):
             return len(self.data_source)
         return self._num_samples
 
-    def __iter__(self) -> Iterator[int]:
-        return chain.from_iterable(self._blocks())
+    _state_type = "RandomSampler"
 
-    def _blocks(self) -> Iterator[list[int]]:
+    def _keys(self, start: Mapping[str, Any], skip: int, iteration: _Iteration) -> Iterator[int]:
+        return iteration.track(self._blocks(self._rng_at(start), skip))
+
+    def _blocks(self, rng: np.random.Generator, skip: int) -> Iterator[list[int]]:
+        # Blocks are drawn exactly as in an uninterrupted iteration, so that the generator
+        # ends where it would have; those wholly skipped are drawn but not turned into lists.
         n = len(self.data_source)
-        rng = _rng(self.generator)
         count = self.num_samples
         if self.replacement:
-            for start in range(0, count, _CHUNK):
-                yield rng.integers(n, size=min(_CHUNK, count - start)).tolist()
+            for first in range(0, count, _CHUNK):
+                block = rng.integers(n, size=min(_CHUNK, count - first))
+                yield _after(block, first, skip)
             return
-        for _ in range(count // n):
-            yield rng.permutation(n).tolist()
+        for first in range(0, count - count % n, n):
+            yield _after(rng.permutation(n), first, skip)
         if count % n:
-            yield rng.choice(n, size=count % n, replace=False).tolist()
+            yield _after(rng.choice(n, size=count % n, replace=False), count - count % n, skip)
 
     def __len__(self) -> int:
         return self.num_samples
 
 
-class SubsetRandomSampler(Sampler[int]):
+class SubsetRandomSampler(_Shuffling):
     """Yield the elements of ``indices`` in random order, without replacement.
+
+    Its state (see :meth:`state_dict`) adds ``"generator"``, a bit-generator state.
 
     Args:
         indices: a sequence of keys (list, tuple, range or 1-D numpy array).
@@ -221,18 +484,25 @@ class SubsetRandomSampler(Sampler[int]):
         self.indices = indices
         self.generator = _as_generator(generator)
 
-    def __iter__(self) -> Iterator[int]:
-        order = _rng(self.generator).permutation(len(self.indices))
+    _state_type = "SubsetRandomSampler"
+
+    def _keys(self, start: Mapping[str, Any], skip: int, iteration: _Iteration) -> Iterator[int]:
+        order = self._rng_at(start).permutation(len(self.indices))[skip:]
         if isinstance(self.indices, np.ndarray):
-            return iter(self.indices[order].tolist())
-        return map(self.indices.__getitem__, order.tolist())
+            return iteration.track([self.indices[order].tolist()])
+        # ``map`` takes one position at a time, so the count of positions is that of keys.
+        return map(self.indices.__getitem__, iteration.track([order.tolist()]))
 
     def __len__(self) -> int:
         return len(self.indices)
 
 
-class WeightedRandomSampler(Sampler[int]):
+class WeightedRandomSampler(_Shuffling):
     """Yield indices ``0..len(weights)-1`` drawn with probability proportional to ``weights``.
+
+    Its state (see :meth:`state_dict`) adds ``"generator"``, a bit-generator state. Resuming
+    in the middle of an iteration redraws it from its start, in bulk, and skips what was
+    yielded.
 
     Args:
         weights: a 1-D sequence of non-negative, finite weights, not all zero; they need not
@@ -296,23 +566,28 @@ class WeightedRandomSampler(Sampler[int]):
         self._cdf = np.cumsum(w)
         self._nonzero = np.flatnonzero(w)
 
-    def __iter__(self) -> Iterator[int]:
-        return chain.from_iterable(self._blocks())
+    _state_type = "WeightedRandomSampler"
 
-    def _blocks(self) -> Iterator[list[int]]:
-        rng = _rng(self.generator)
+    def _keys(self, start: Mapping[str, Any], skip: int, iteration: _Iteration) -> Iterator[int]:
+        return iteration.track(self._blocks(self._rng_at(start), skip))
+
+    def _blocks(self, rng: np.random.Generator, skip: int) -> Iterator[list[int]]:
         count = self.num_samples
         if not self.replacement:
             # Successive sampling without replacement (Efraimidis-Spirakis): the k smallest
             # Exp(1)/w keys, in increasing order, are the first k draws.
             keys = rng.standard_exponential(self._nonzero.size) / self.weights[self._nonzero]
             first = np.argpartition(keys, count - 1)[:count]
-            yield self._nonzero[first[np.argsort(keys[first])]].tolist()
+            yield _after(self._nonzero[first[np.argsort(keys[first])]], 0, skip)
             return
         total = self._cdf[-1]
         last = self._nonzero[-1]  # rounding may push u * total onto the end of the cdf
-        for start in range(0, count, _CHUNK):
-            u = rng.random(min(_CHUNK, count - start)) * total
+        # As in RandomSampler, skipped chunks are still drawn, so the generator ends in place.
+        for offset in range(0, count, _CHUNK):
+            u = rng.random(min(_CHUNK, count - offset))
+            if offset + u.size <= skip:
+                continue
+            u = u[max(skip - offset, 0) :] * total
             yield np.minimum(np.searchsorted(self._cdf, u, side="right"), last).tolist()
 
     def __len__(self) -> int:
@@ -327,6 +602,15 @@ class BatchSampler(Sampler[list[int]]):
     :func:`is_async_sampler` is ``True`` for it; ``len()`` works when the inner sampler has
     ``__len__``.
 
+    Checkpoints: its state (see :meth:`state_dict`) holds ``"batches"``, the number of batches
+    the iteration in progress has yielded, and ``"sampler"``, the inner sampler's state (or
+    ``None`` for an inner sampler without ``state_dict``). Resuming after ``k`` batches skips
+    ``k * batch_size`` keys of the inner sampler: by slicing for a built-in sampler, by
+    loading the inner state from the start of the iteration and then drawing and dropping
+    that many keys for another sampler with ``state_dict``, and by drawing and dropping them
+    alone for a sampler without one (which must then yield the same keys on every pass). The
+    last two cost O(keys skipped).
+
     Args:
         sampler: the sampler (iterable or async iterable of keys) to batch.
         batch_size: size of each batch.
@@ -340,6 +624,8 @@ class BatchSampler(Sampler[list[int]]):
     """
 
     sampler: Iterable[int] | AsyncIterable[int]
+    _iteration: _Iteration | None = None  # the latest iteration; ``start``: the inner state
+    _resume: _Iteration | None = None  # loaded by ``load_state_dict``, run by the next iter()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BatchSampler:
         # Pick the async class when the inner sampler is async, so that ``__aiter__`` exists
@@ -381,11 +667,125 @@ class BatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         size = self.batch_size
-        it = iter(cast(Iterable[int], self.sampler))
+        iteration, it, skip = self._open(lambda: iter(cast(Iterable[int], self.sampler)))
+        if skip:
+            next(islice(it, skip, skip), None)  # drops ``skip`` keys, in C
         # zip over one iterator repeated, and islice, fill each batch in C.
         if self.drop_last:
-            return map(list, zip(*[it] * size, strict=False))
-        return self._islice_batches(it, size)
+            return iteration.count(map(list, zip(*[it] * size, strict=False)))
+        return iteration.count(self._islice_batches(it, size))
+
+    def _open(self, open_keys: Callable[[], T]) -> tuple[_Iteration, T, int]:
+        """Start an iteration: the iteration, the inner keys and how many of them to drop."""
+        inner = self.sampler
+        iteration = self._resume
+        self._resume = None
+        if iteration is not None:
+            # ``load_state_dict`` already moved a built-in inner sampler to the right key.
+            keys = open_keys()
+            skip = 0 if isinstance(inner, _Resumable) else iteration.position * self.batch_size
+        elif isinstance(inner, _Resumable):
+            # Taken after iter(): the state of the iteration just started, whose count
+            # ``load_state_dict`` sets; its generator state is there even with generator=None.
+            keys = open_keys()
+            iteration, skip = _Iteration(inner.state_dict()), 0
+        else:
+            start = cast(Any, inner).state_dict() if _stateful(inner) else None
+            keys = open_keys()
+            iteration, skip = _Iteration(start), 0
+        self._iteration = iteration
+        return iteration, keys, skip
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return this batch sampler's position as a small JSON-serialisable dict.
+
+        Fields: ``"type"`` (``"BatchSampler"``), ``"version"``, ``"in_progress"``,
+        ``"batches"`` (batches the iteration in progress has yielded, ``0`` between
+        iterations) and ``"sampler"``: during an iteration the inner sampler's state from its
+        start, between iterations its current state (``None`` if it has no ``state_dict``).
+
+        Example:
+            >>> import json
+            >>> batches = BatchSampler(RandomSampler(range(10), generator=0), 3, False)
+            >>> it = iter(batches)
+            >>> first = next(it)
+            >>> state = json.loads(json.dumps(batches.state_dict()))
+            >>> state["batches"], state["sampler"]["type"]
+            (1, 'RandomSampler')
+            >>> resumed = BatchSampler(RandomSampler(range(10), generator=0), 3, False)
+            >>> resumed.load_state_dict(state)
+            >>> list(resumed) == list(it)
+            True
+        """
+        iteration = self._resume if self._resume is not None else self._iteration
+        if iteration is not None and not iteration.finished:
+            return self._state(True, iteration.position, iteration.start)
+        inner = self.sampler
+        return self._state(False, 0, cast(Any, inner).state_dict() if _stateful(inner) else None)
+
+    def _state(self, in_progress: bool, batches: int, inner: Any) -> dict[str, Any]:
+        return {
+            "type": "BatchSampler",
+            "version": _STATE_VERSION,
+            "in_progress": in_progress,
+            "batches": batches,
+            "sampler": inner,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` of a batch sampler built the same way.
+
+        If the state was taken during an iteration, the next ``iter()`` (or ``aiter()``)
+        yields the rest of its batches; the iterations after that are the original's. The
+        inner sampler's state is loaded at once.
+
+        Args:
+            state: the dict :meth:`state_dict` returned, possibly through JSON.
+
+        Raises:
+            ValueError: ``state`` comes from another sampler class or version, misses a field,
+                has a field of the wrong type, has an inner state where the inner sampler has
+                no ``state_dict`` (or none where it has), or more batches than an iteration
+                has; or the inner sampler rejects its state.
+
+        Example:
+            >>> batches = BatchSampler(SequentialSampler(range(7)), 3, False)
+            >>> state = batches.state_dict()
+            >>> state.update(in_progress=True, batches=2)
+            >>> batches.load_state_dict(state)
+            >>> list(batches)
+            [[6]]
+        """
+        in_progress, batches = _check_header(state, "BatchSampler", "batches")
+        inner_state = _field(state, "BatchSampler", "sampler", dict, optional=True)
+        inner = self.sampler
+        if _stateful(inner) != (inner_state is not None):
+            raise ValueError(
+                "BatchSampler state has "
+                + ("no inner sampler state, but" if inner_state is None else "an inner sampler")
+                + f" state, but the inner {type(inner).__name__} "
+                + ("has state_dict()" if inner_state is None else "has no state_dict()")
+                + ": build the BatchSampler with the same arguments"
+            )
+        if in_progress and isinstance(inner, Sized) and batches > len(self):
+            raise ValueError(
+                f"BatchSampler state has batches={batches}, more than the {len(self)} "
+                "batches an iteration of this sampler has: was it built with the same arguments?"
+            )
+        if inner_state is not None:
+            to_load = inner_state
+            if in_progress and isinstance(inner, _Resumable):
+                # Batches are whole, so ``batches`` of them are that many keys of the inner
+                # iteration; a last, short batch ends it.
+                keys = min(batches * self.batch_size, len(inner))
+                to_load = {**inner_state, "in_progress": True, "yielded": keys}
+            try:
+                cast(Any, inner).load_state_dict(to_load)
+            except Exception as exc:
+                exc.add_note("raised while loading the BatchSampler's inner sampler state")
+                raise
+        self._iteration = None
+        self._resume = _Iteration(inner_state, batches) if in_progress else None
 
     @staticmethod
     def _islice_batches(it: Iterator[int], size: int) -> Iterator[list[int]]:
@@ -410,10 +810,19 @@ class _AsyncBatchSampler(BatchSampler):
             "`async for batch in batch_sampler`"
         )
 
-    async def __aiter__(self) -> AsyncIterator[list[int]]:
+    def __aiter__(self) -> AsyncIterator[list[int]]:
+        iteration, keys, skip = self._open(lambda: aiter(cast(AsyncIterable[int], self.sampler)))
+        return iteration.acount(self._batches(keys, skip))
+
+    async def _batches(self, keys: AsyncIterator[int], skip: int) -> AsyncIterator[list[int]]:
+        if skip:
+            async for _ in keys:  # fast-forward a resumed iteration, one key at a time
+                skip -= 1
+                if not skip:
+                    break
         size = self.batch_size
         batch: list[int] = []
-        async for key in cast(AsyncIterable[int], self.sampler):
+        async for key in keys:
             batch.append(key)
             if len(batch) == size:
                 yield batch
@@ -422,7 +831,7 @@ class _AsyncBatchSampler(BatchSampler):
             yield batch
 
 
-class DistributedSampler(Sampler[int]):
+class DistributedSampler(_Resumable):
     """Restrict sampling to the share of the dataset that belongs to one replica (rank).
 
     Each of ``num_replicas`` replicas gets an equal number of indices; together they cover the
@@ -430,6 +839,10 @@ class DistributedSampler(Sampler[int]):
     until it divides evenly; with ``drop_last`` its tail is dropped instead. With ``shuffle``
     the order is a permutation seeded by ``seed + epoch``: identical on every replica, and
     different each epoch once :meth:`set_epoch` is called before each epoch.
+
+    Its state (see :meth:`state_dict`) adds ``"epoch"`` (as set by :meth:`set_epoch`) and
+    ``"iteration_epoch"``, the epoch the iteration in progress shuffles with (``None`` between
+    iterations).
 
     Args:
         dataset: the dataset (anything with ``__len__``), of constant size.
@@ -488,15 +901,40 @@ class DistributedSampler(Sampler[int]):
             self.num_samples = math.ceil(n / num_replicas)
         self.total_size = self.num_samples * num_replicas
 
-    def __iter__(self) -> Iterator[int]:
+    _state_type = "DistributedSampler"
+
+    def _start(self) -> int:
+        return self.epoch
+
+    def _keys(self, start: int, skip: int, iteration: _Iteration) -> Iterator[int]:
         n = len(self.dataset)
         if self.shuffle:
-            indices = np.random.default_rng(self.seed + self.epoch).permutation(n)
+            indices = np.random.default_rng(self.seed + start).permutation(n)
         else:
             indices = np.arange(n)
         # ``np.resize`` repeats the array cyclically (padding) or cuts it (drop_last).
         indices = np.resize(indices, self.total_size)
-        return iter(indices[self.rank :: self.num_replicas].tolist())
+        return iteration.track([indices[self.rank :: self.num_replicas][skip:].tolist()])
+
+    def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "iteration_epoch": None if iteration is None else iteration.start,
+        }
+
+    def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
+        epoch = _count_field(state, self._state_type, "epoch")
+        if not in_progress:
+            self.epoch = epoch
+            return None
+        if state.get("iteration_epoch") is None:
+            raise ValueError(
+                "DistributedSampler state is in progress but has no 'iteration_epoch' (the "
+                "epoch its iteration shuffles with)"
+            )
+        iteration_epoch = _count_field(state, self._state_type, "iteration_epoch")
+        self.epoch = epoch
+        return iteration_epoch
 
     def __len__(self) -> int:
         return self.num_samples
@@ -529,6 +967,11 @@ def _as_generator(generator: object) -> np.random.Generator | None:
 def _rng(generator: np.random.Generator | None) -> np.random.Generator:
     # Without a generator every epoch gets fresh OS entropy, as torch draws a fresh seed.
     return np.random.default_rng() if generator is None else generator
+
+
+def _after(block: npt.NDArray[Any], first: int, skip: int) -> list[int]:
+    """The keys of ``block`` (whose first key is key number ``first``) after key ``skip``."""
+    return cast(list[int], block[max(skip - first, 0) :].tolist())
 
 
 def _check_num_samples(num_samples: object) -> int:
@@ -568,3 +1011,103 @@ def _from_env(name: str, value: object, variable: str) -> int:
     if not isinstance(value, int | np.integer) or isinstance(value, bool):
         raise TypeError(f"{name} should be an integer, but got {type(value).__name__}")
     return int(value)
+
+
+def _stateful(sampler: object) -> bool:
+    return callable(getattr(sampler, "state_dict", None)) and callable(
+        getattr(sampler, "load_state_dict", None)
+    )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy arrays and scalars (as in a bit-generator state) made JSON types."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _field(
+    state: Mapping[str, Any],
+    kind: str,
+    name: str,
+    types: type | tuple[type, ...],
+    *,
+    optional: bool = False,
+) -> Any:
+    """``state[name]``, checked to be of ``types`` (or ``None`` if ``optional``)."""
+    if name not in state:
+        raise ValueError(f"{kind} state is missing the field {name!r}")
+    value = state[name]
+    if value is None and optional:
+        return None
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+        expected = " or ".join(t.__name__ for t in _tuple(types)) + (" or None" * optional)
+        raise ValueError(
+            f"{kind} state field {name!r} should be {expected}, but got {type(value).__name__}"
+        )
+    return value
+
+
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _count_field(state: Mapping[str, Any], kind: str, name: str) -> int:
+    value: int = _field(state, kind, name, int)
+    if value < 0:
+        raise ValueError(f"{kind} state field {name!r} should be non-negative, but got {value}")
+    return value
+
+
+def _check_header(state: object, expected: str, count: str) -> tuple[bool, int]:
+    """Check the fields every sampler state has; return ``in_progress`` and the count."""
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"a {expected} state should be a dict from state_dict(), but got {type(state).__name__}"
+        )
+    given = state.get("type")
+    if given != expected:
+        raise ValueError(
+            f"expected a state from a {expected}, but got one from "
+            + (f"a {given}" if isinstance(given, str) else f"something else (type={given!r})")
+        )
+    version = state.get("version")
+    if version != _STATE_VERSION:
+        raise ValueError(
+            f"{expected} state has version={version!r}, but this aioload reads version "
+            f"{_STATE_VERSION}"
+        )
+    in_progress: bool = _field(state, expected, "in_progress", bool)
+    return in_progress, _count_field(state, expected, count)
+
+
+def _check_generator_state(
+    state: Mapping[str, Any], kind: str, generator: np.random.Generator | None
+) -> None:
+    """Check that ``state`` is a bit-generator state that ``generator`` (if any) can take."""
+    name = state.get("bit_generator")
+    if name not in _BIT_GENERATORS:
+        raise ValueError(
+            f"{kind} state field 'generator' should be a numpy bit-generator state with "
+            f"bit_generator one of {', '.join(_BIT_GENERATORS)}, but got bit_generator={name!r}"
+        )
+    if generator is not None:
+        own = generator.bit_generator.state["bit_generator"]
+        if own != name:
+            raise ValueError(
+                f"{kind} state holds a {name} generator state, but this sampler's generator "
+                f"is a {own}: build it with the same arguments"
+            )
+    try:
+        # A scratch bit generator validates the state without touching the sampler's.
+        getattr(np.random, name)().state = dict(state)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise ValueError(
+            f"{kind} state field 'generator' is not a valid {name} state: {exc}"
+        ) from exc

@@ -158,21 +158,26 @@ class Epoch:
         try:
             async with anyio.create_task_group() as tg:
                 backend = self._make_backend(tg, self._complete)
-                try:
-                    await self._produce(backend)
-                except Exception as error:
-                    error.add_note("raised while drawing keys from the sampler")
-                    self._producer_error = error
-                self._produced = True
-                self._maybe_finish()
+                tg.start_soon(self._produce_all, backend)
                 # Backends may complete from threads or processes, outside the task group.
                 await self._all_delivered.wait()
+                # A failed epoch ends before its producer does.
+                tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 if backend is not None:
                     await backend.aclose()
                 if pin_thread is not None:
                     await pin_thread.stop()
+
+    async def _produce_all(self, backend: Backend) -> None:
+        try:
+            await self._produce(backend)
+        except Exception as error:
+            error.add_note("raised while drawing keys from the sampler")
+            self._producer_error = error
+        self._produced = True
+        self._maybe_finish()
 
     async def _produce(self, backend: Backend) -> None:
         acquire = self.window.acquire
@@ -214,7 +219,12 @@ class Epoch:
         error: BaseException | None = None,
         exhausted: bool = False,
     ) -> None:
+        if seq < 0:
+            self._fail(error)
+            return
         keys = self._pending.pop(seq)
+        if self._finished:
+            return  # the epoch failed: nobody waits for this batch any more
         delivery: Delivery | None
         if exhausted:
             delivery = None
@@ -242,6 +252,17 @@ class Epoch:
             self._ready[seq] = delivery
         if self._produced:
             self._maybe_finish()
+
+    def _fail(self, error: BaseException | None) -> None:
+        """The backend cannot go on: deliver its error and end the epoch."""
+        if self._finished:
+            return
+        self._finished = True
+        self.stop_requested = True
+        if error is not None:
+            self._emit(Delivery(-1, error=error))
+        self._emit(END)
+        self._all_delivered.set()
 
     def _maybe_finish(self) -> None:
         if self._finished or self._pending or self._ready:

@@ -445,10 +445,10 @@ def test_other_attributes_can_be_set_after_init() -> None:
     assert list(loader) == [[0, 1], [2, 3]]  # default_convert leaves the lists of ints as they are
 
 
-def test_num_workers_are_not_available_yet() -> None:
-    # Delete once the process backend lands.
-    with pytest.raises(NotImplementedError):
-        DataLoader(Items(4), num_workers=2)
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", None])
+def test_max_worker_restarts_must_be_a_non_negative_int(bad: object) -> None:
+    with pytest.raises(ValueError, match="max_worker_restarts should be a non-negative integer"):
+        DataLoader(Items(4), num_workers=1, max_worker_restarts=bad)  # type: ignore[arg-type]
 
 
 # prefetch_factor and the window of batches in flight

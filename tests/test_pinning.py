@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from aioload import pinning
+from aioload.buffers import size_class
 from aioload.pinning import (
     DEFAULT_MAX_BYTES,
     PinMemoryWarning,
@@ -166,12 +167,12 @@ def test_empty_returns_aligned_array(pool: PinnedBufferPool) -> None:
 
 
 def test_size_classes_round_up_to_pages_with_bounded_waste() -> None:
-    assert pinning._size_class(0) == PAGE
-    assert pinning._size_class(1) == PAGE
-    assert pinning._size_class(PAGE + 1) == 2 * PAGE
-    assert pinning._size_class(9 * PAGE) == 10 * PAGE
+    assert size_class(0) == PAGE
+    assert size_class(1) == PAGE
+    assert size_class(PAGE + 1) == 2 * PAGE
+    assert size_class(9 * PAGE) == 10 * PAGE
     for nbytes in range(1, 300 * PAGE, 997):
-        size = pinning._size_class(nbytes)
+        size = size_class(nbytes)
         assert size % PAGE == 0
         assert nbytes <= size
         assert size <= max(PAGE, 1.25 * nbytes + PAGE)

@@ -11,6 +11,10 @@ automatic batching is off). For an iterable dataset ``keys`` is None and means
 "the next batch of your stream"; a backend whose stream has run dry answers
 ``exhausted=True`` and the scheduler stops asking once :attr:`Backend.exhausted`
 is set.
+
+A backend that cannot go on at all (its worker processes cannot start, a
+worker died past its restart limit) reports ``seq=-1`` with the error: the
+scheduler delivers it to the consumer and ends the epoch.
 """
 
 from __future__ import annotations

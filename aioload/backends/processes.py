@@ -1,0 +1,671 @@
+"""The process backend (``num_workers > 0``): fetches run in worker processes.
+
+:class:`WorkerPool` owns the processes: it starts them (the setup pickled once
+for all of them), replaces one that died, and stops them all. A pool lives for
+one epoch, or for the loader's life with ``persistent_workers=True``.
+
+:class:`ProcessBackend` is one epoch's use of a pool, behind the scheduler's
+:class:`~aioload.backends.base.Backend` interface:
+
+- Map-style datasets: the loader samples; each batch of keys goes to the
+  worker with the fewest batches in flight. Iterable datasets: each worker
+  streams its own copy, and "the next batch" requests go round-robin over the
+  workers that still have data, so in-order output interleaves the workers as
+  torch does.
+- Results come back on the loop through the result sockets (a reader callback,
+  never a blocking call) and their arrays are views of shared memory
+  (:mod:`aioload.transport`).
+- A worker that dies is noticed at once (its process sentinel becomes
+  readable). For map-style datasets it is replaced and the batches it held
+  are sent again, so the epoch still yields every sample exactly once; past
+  ``max_worker_restarts`` restarts in an epoch, or for an iterable dataset
+  (whose stream position died with the worker), the epoch fails with a
+  :class:`WorkerCrashedError`.
+
+Blocking work — pickling the setup, starting and stopping processes — runs in
+a short-lived thread, so the loop (possibly the caller's) never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import multiprocessing.context
+import pickle
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio.abc
+
+from aioload.backends.base import Completion
+from aioload.transport import SegmentReader
+from aioload.wire import (
+    Command,
+    Result,
+    command_frame,
+    receive_results,
+    result_socket_pair,
+)
+from aioload.worker import ErrorReport, WorkerSetup, worker_main
+
+__all__ = ["ProcessBackend", "WorkerCrashedError", "WorkerError", "WorkerPool"]
+
+T = TypeVar("T")
+
+_STOP_GRACE = 2.0  # seconds a worker gets to exit after STOP before it is terminated
+_TERMINATE_GRACE = 1.0  # then after SIGTERM, before SIGKILL
+
+
+class WorkerCrashedError(RuntimeError):
+    """A worker process died and could not be (or may not be) replaced.
+
+    Attributes:
+        worker_id: the worker's number.
+        pid: its process id.
+        exitcode: its exit code; negative: ``-signal`` (torch's convention).
+        keys: the keys of the batches it held (None for "the next batch" of an
+            iterable dataset).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_id: int,
+        pid: int | None,
+        exitcode: int | None,
+        keys: list[Any],
+    ) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.pid = pid
+        self.exitcode = exitcode
+        self.keys = keys
+
+
+class WorkerError(RuntimeError):
+    """An exception raised in a worker that could not be rebuilt in the loader.
+
+    Its message names the original type; the worker's traceback is in a note.
+    """
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "exited"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"
+
+
+def _unpicklable_part(obj: Any, path: str, depth: int = 0) -> tuple[str, Any, BaseException] | None:
+    """The deepest attribute path under ``obj`` that cannot be pickled, the object, its error."""
+    try:
+        pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        if depth < 6:
+            parts: list[tuple[str, Any]] = []
+            state = getattr(obj, "__dict__", None)
+            if isinstance(state, dict):
+                parts = [(f"{path}.{name}", value) for name, value in state.items()]
+            elif isinstance(obj, dict):
+                parts = [(f"{path}[{key!r}]", value) for key, value in obj.items()]
+            elif isinstance(obj, list | tuple):
+                parts = [(f"{path}[{index}]", value) for index, value in enumerate(obj)]
+            for part_path, value in parts:
+                found = _unpicklable_part(value, part_path, depth + 1)
+                if found is not None:
+                    return found
+        return path, obj, error
+    return None
+
+
+def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
+    """Pickles ``setup`` once for every worker; a failure names the object at fault."""
+    try:
+        return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        found = None
+        for name in ("dataset", "collate_fn", "worker_init_fn"):
+            found = _unpicklable_part(getattr(setup, name), name)
+            if found is not None:
+                break
+        path, culprit, cause = found if found is not None else ("the worker setup", setup, error)
+        message = (
+            f"cannot send {path} to the worker processes: the {start_method!r} start method "
+            f"pickles the dataset, collate_fn and worker_init_fn, and {path} (a "
+            f"{type(culprit).__module__}.{type(culprit).__qualname__}) cannot be pickled: "
+            f"{cause}. Create such objects lazily "
+            "inside the worker (see aioload.get_worker_info()), or use "
+            "multiprocessing_context='fork'."
+        )
+        try:
+            replacement = type(error)(message)
+        except Exception:
+            replacement = TypeError(message)
+        raise replacement from error
+
+
+class _Handle:
+    """The loader's end of one worker process."""
+
+    def __init__(self, worker_id: int) -> None:
+        self.id = worker_id
+        self.process: multiprocessing.process.BaseProcess | None = None  # set when started
+        self.commands, self.worker_commands = socket.socketpair()
+        self.results, self.worker_results = result_socket_pair()
+        self.commands.setblocking(False)
+        self.results.setblocking(False)
+        self.backlog = bytearray()  # command bytes the socket could not take yet
+        self.reader: SegmentReader | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.process is not None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def close_worker_ends(self) -> None:
+        self.worker_commands.close()
+        self.worker_results.close()
+
+    def close(self) -> None:
+        self.close_worker_ends()
+        self.commands.close()
+        self.results.close()
+        if self.reader is not None:
+            self.reader.close()
+
+
+class WorkerPool:
+    """The worker processes of a loader (see the module docstring).
+
+    Args:
+        setup: what every worker receives.
+        context: the multiprocessing context that starts them.
+        base_seed: worker ``i`` seeds its generators with ``base_seed + i``.
+        keep_free: idle shared-memory segments kept per worker for reuse.
+    """
+
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        context: multiprocessing.context.BaseContext,
+        base_seed: int,
+        keep_free: int,
+    ) -> None:
+        self._setup = setup
+        self._context = context
+        self._method = context.get_start_method()
+        self.base_seed = base_seed
+        self._keep_free = keep_free
+        self._blob: bytes | None = None
+        self._lock = threading.Lock()
+        self.workers = [self._new_handle(i) for i in range(setup.num_workers)]
+        self.closed = False
+        # A persistent pool serves one epoch at a time: the next waits for this.
+        self.free = threading.Event()
+        self.free.set()
+        self.owner_stop: Callable[[], None] | None = None
+
+    def _new_handle(self, worker_id: int) -> _Handle:
+        handle = _Handle(worker_id)
+        handle.reader = SegmentReader(self._keep_free)
+        return handle
+
+    def replace(self, handle: _Handle) -> _Handle:
+        """A fresh, not yet started handle for ``handle``'s worker id (the old one is closed)."""
+        self._retire(handle)
+        new = self._new_handle(handle.id)
+        self.workers[handle.id] = new
+        return new
+
+    def start(self, handles: list[_Handle]) -> None:
+        """Starts the processes of ``handles`` (blocking: call it in a thread)."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("the DataLoader's worker pool is closed")
+            warm_forkserver(self._context)
+            setup: WorkerSetup | bytes = self._setup
+            if self._method != "fork":
+                if self._blob is None:
+                    self._blob = pickle_setup(self._setup, self._method)
+                setup = self._blob
+            for handle in handles:
+                if handle.started:
+                    continue
+                process = self._context.Process(  # type: ignore[attr-defined]
+                    target=worker_main,
+                    args=(
+                        handle.id,
+                        self.base_seed + handle.id,
+                        setup,
+                        handle.worker_commands,
+                        handle.worker_results,
+                    ),
+                    name=f"aioload-worker-{handle.id}",
+                    daemon=True,
+                )
+                process.start()
+                handle.process = process
+                # The child has its own copies now; ours would hide its exit (no EOF).
+                handle.close_worker_ends()
+
+    def close(self) -> None:
+        """Stops every worker: asks, then terminates, then kills (blocking)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            for handle in self.workers:
+                self._ask_to_stop(handle)
+            deadline = time.monotonic() + _STOP_GRACE
+            for handle in self.workers:
+                if handle.process is not None:
+                    handle.process.join(max(0.0, deadline - time.monotonic()))
+            for handle in self.workers:
+                self._retire(handle)
+
+    def _ask_to_stop(self, handle: _Handle) -> None:
+        try:
+            handle.commands.send(command_frame(Command.STOP))
+        except OSError:
+            pass  # full or closed: closing the socket below says the same
+        handle.commands.close()
+
+    def _retire(self, handle: _Handle) -> None:
+        """Makes sure ``handle``'s process is gone and reaped, and frees its resources."""
+        self._ask_to_stop(handle)
+        process = handle.process
+        if process is not None:
+            process.join(0)
+            if process.exitcode is None:
+                process.terminate()
+                process.join(_TERMINATE_GRACE)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+            process.close()
+        handle.close()
+
+
+async def _in_thread(function: Callable[[], T]) -> T:
+    """Runs blocking ``function`` in a thread of its own without blocking the loop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result = function()
+        except BaseException as error:
+            outcome: tuple[T | None, BaseException | None] = (None, error)
+        else:
+            outcome = (result, None)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    thread = threading.Thread(target=run, name="aioload-workers", daemon=True)
+    thread.start()
+    try:
+        with anyio.CancelScope(shield=True):
+            # Starting or stopping processes must finish even if the epoch is cancelled.
+            result = await future
+    finally:
+        thread.join()
+    return result
+
+
+class ProcessBackend:
+    """One epoch's fetches on a :class:`WorkerPool` (see the module docstring).
+
+    Args:
+        pool: the worker processes.
+        owns_pool: stop the pool when the epoch ends (not persistent workers).
+        epoch: this epoch's number, unique within the pool.
+        iterable: the dataset is iterable (workers stream and batch it).
+        max_restarts: worker deaths this epoch survives by restarting.
+        task_group: the epoch's scope.
+        complete: where results go.
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        *,
+        owns_pool: bool,
+        epoch: int,
+        iterable: bool,
+        max_restarts: int,
+        task_group: anyio.abc.TaskGroup,
+        complete: Completion,
+    ) -> None:
+        self._pool = pool
+        self._owns_pool = owns_pool
+        self._epoch = epoch
+        self._iterable = iterable
+        self._max_restarts = max_restarts
+        self._restarts = 0
+        self._complete = complete
+        self._loop = asyncio.get_running_loop()
+        self._held: dict[int, dict[int, Any]] = {}  # worker id -> seq -> keys
+        self._exhausted_workers: set[int] = set()
+        self._round_robin = itertools.cycle(range(len(pool.workers)))
+        self._attached: list[_Handle] = []
+        self._watched: set[_Handle] = set()
+        self._queued: list[tuple[int, Any]] = []  # submitted before the pool was ours
+        self._ready = False
+        self._failed = False
+        self._closing = False
+        self._starting: set[asyncio.Task[Any]] = set()
+        task_group.start_soon(self._begin)
+
+    # -- the Backend interface --------------------------------------------
+
+    @property
+    def exhausted(self) -> bool:
+        return len(self._exhausted_workers) == len(self._pool.workers) or self._failed
+
+    def submit(self, seq: int, keys: Any) -> None:
+        if self._failed:
+            self._complete(seq, exhausted=True)
+        elif not self._ready:
+            self._queued.append((seq, keys))
+        else:
+            self._send_batch(seq, keys)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._starting:
+            await asyncio.wait(self._starting)
+        for handle in self._attached:
+            self._detach(handle)
+        if self._owns_pool:
+            await _in_thread(self._pool.close)
+        else:
+            for handle in self._pool.workers:
+                self._send(handle, command_frame(Command.END_EPOCH))
+            self._pool.owner_stop = None
+            self._pool.free.set()
+
+    # -- starting -----------------------------------------------------------
+
+    async def _begin(self) -> None:
+        pool = self._pool
+        if not self._owns_pool:
+            # A persistent pool may still serve the previous epoch (an iterator
+            # dropped but not yet closed): ask it to stop and wait for it.
+            while not pool.free.is_set():
+                stop = pool.owner_stop
+                if stop is not None:
+                    stop()
+                await asyncio.sleep(0.005)
+            pool.free.clear()
+            pool.owner_stop = self._preempted
+        for handle in pool.workers:
+            self._attach(handle)
+        self._ready = True
+        await self._start([h for h in pool.workers if not h.started])
+        for handle in pool.workers:
+            if handle.process is not None and handle.process.exitcode is not None:
+                self._on_death(handle)  # died between epochs
+        queued, self._queued = self._queued, []
+        for seq, keys in queued:
+            self.submit(seq, keys)
+
+    async def _start(self, handles: list[_Handle]) -> None:
+        if not handles:
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._starting.add(task)
+        try:
+            await _in_thread(lambda: self._pool.start(handles))
+        except Exception as error:
+            error.add_note("raised while starting the DataLoader's worker processes")
+            self._fail(error)
+            return
+        finally:
+            self._starting.discard(task)
+        for handle in handles:
+            if handle in self._attached:
+                self._watch(handle)
+
+    def _preempted(self) -> None:
+        """A new epoch of the same loader wants the persistent workers (any thread)."""
+
+        def fail() -> None:
+            self._fail(
+                RuntimeError(
+                    "this iteration was stopped because a new iteration of the same "
+                    "DataLoader (persistent_workers=True) started"
+                )
+            )
+
+        try:
+            self._loop.call_soon_threadsafe(fail)
+        except RuntimeError:
+            pass
+
+    def _attach(self, handle: _Handle) -> None:
+        self._attached.append(handle)
+        self._held[handle.id] = {}
+        self._loop.add_reader(handle.results, self._on_results, handle)
+        if handle.backlog:
+            self._loop.add_writer(handle.commands, self._flush, handle)
+        self._watch(handle)
+
+    def _watch(self, handle: _Handle) -> None:
+        """Calls ``_on_death`` as soon as the worker's process ends."""
+        if handle.process is not None and handle not in self._watched:
+            self._watched.add(handle)
+            self._loop.add_reader(handle.process.sentinel, self._on_death, handle)
+
+    def _unwatch(self, handle: _Handle) -> None:
+        if handle in self._watched:
+            self._watched.discard(handle)
+            assert handle.process is not None
+            self._loop.remove_reader(handle.process.sentinel)
+
+    def _detach(self, handle: _Handle) -> None:
+        loop = self._loop
+        for fd in (handle.results, handle.commands):
+            if fd.fileno() >= 0:
+                loop.remove_reader(fd)
+                loop.remove_writer(fd)
+        self._unwatch(handle)
+
+    # -- commands -----------------------------------------------------------
+
+    def _send(self, handle: _Handle, frame: bytes) -> None:
+        """Sends ``frame`` without blocking; what does not fit waits for the socket."""
+        reader = handle.reader
+        if reader is not None:
+            recycle, drop = reader.take_returned()
+            if recycle or drop:
+                frame = command_frame(Command.RECYCLE, recycle, drop) + frame
+        if handle.backlog:
+            handle.backlog += frame
+            return
+        try:
+            sent = handle.commands.send(frame)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the worker is gone; its death is handled through its sentinel
+        if sent < len(frame):
+            handle.backlog += frame[sent:]
+            if handle in self._attached:
+                self._loop.add_writer(handle.commands, self._flush, handle)
+
+    def _flush(self, handle: _Handle) -> None:
+        try:
+            sent = handle.commands.send(handle.backlog)
+        except BlockingIOError:
+            return
+        except OSError:
+            sent = len(handle.backlog)
+        del handle.backlog[:sent]
+        if not handle.backlog:
+            self._loop.remove_writer(handle.commands)
+
+    def _send_batch(self, seq: int, keys: Any) -> None:
+        handle = self._choose()
+        self._held[handle.id][seq] = keys
+        if self._iterable:
+            self._send(handle, command_frame(Command.NEXT, self._epoch, seq))
+        else:
+            self._send(handle, command_frame(Command.FETCH, self._epoch, seq, keys))
+
+    def _choose(self) -> _Handle:
+        workers = self._pool.workers
+        if self._iterable:
+            for _ in workers:
+                worker_id = next(self._round_robin)
+                if worker_id not in self._exhausted_workers:
+                    return workers[worker_id]
+            return workers[next(self._round_robin)]
+        return min(workers, key=lambda handle: len(self._held[handle.id]))
+
+    # -- results ------------------------------------------------------------
+
+    def _on_results(self, handle: _Handle) -> None:
+        results, closed = receive_results(handle.results)
+        if closed:
+            self._loop.remove_reader(handle.results)
+        held = self._held[handle.id]
+        reader = handle.reader
+        assert reader is not None
+        for kind, epoch, seq, segment, size, fd in results:
+            if kind == Result.START_FAILED:
+                self._fail(self._rebuild_error(handle, reader.read(segment, size, fd)))
+                continue
+            if epoch != self._epoch or seq not in held or self._failed:
+                if segment >= 0:
+                    reader.discard(segment, size, fd)
+                continue
+            del held[seq]
+            if kind == Result.EXHAUSTED:
+                self._exhausted_workers.add(handle.id)
+                self._complete(seq, exhausted=True)
+                continue
+            try:
+                payload = reader.read(segment, size, fd)
+            except Exception as error:
+                error.add_note(f"raised while receiving the result of worker {handle.id}")
+                self._complete(seq, error=error)
+                continue
+            if kind == Result.BATCH:
+                self._complete(seq, payload)
+            else:
+                self._complete(seq, error=self._rebuild_error(handle, payload))
+
+    def _rebuild_error(self, handle: _Handle, report: ErrorReport) -> BaseException:
+        error: BaseException | None = None
+        if report.error is not None:
+            try:
+                error = pickle.loads(report.error)
+            except Exception:
+                error = None
+        if not isinstance(error, BaseException):
+            error = WorkerError(f"{report.type_name}: {report.message}")
+        error.add_note(f"raised in DataLoader worker {handle.id} (pid {handle.pid})")
+        error.add_note(f"worker traceback:\n{report.traceback.rstrip()}")
+        return error
+
+    # -- faults -------------------------------------------------------------
+
+    def _fail(self, error: BaseException) -> None:
+        """Ends the epoch with ``error`` (the scheduler delivers it and stops)."""
+        if self._failed:
+            return
+        self._failed = True
+        self._complete(-1, error=error)
+
+    def _on_death(self, handle: _Handle) -> None:
+        self._unwatch(handle)
+        if self._closing or self._failed or handle not in self._attached:
+            return
+        self._on_results(handle)  # what it sent before dying still counts
+        self._attached.remove(handle)
+        self._detach(handle)
+        held = self._held.pop(handle.id)
+        assert handle.process is not None
+        exitcode, pid = handle.process.exitcode, handle.pid
+        keys = list(held.values())
+        if self._iterable or self._restarts >= self._max_restarts:
+            why = (
+                "an iterable dataset's stream cannot be resumed in a new worker"
+                if self._iterable
+                else f"it was the restart limit (max_worker_restarts={self._max_restarts})"
+            )
+            self._fail(
+                WorkerCrashedError(
+                    f"DataLoader worker {handle.id} (pid {pid}) {_describe_exit(exitcode)} "
+                    f"while holding batches {sorted(held)} (keys {keys!r}); not restarted: "
+                    f"{why}",
+                    worker_id=handle.id,
+                    pid=pid,
+                    exitcode=exitcode,
+                    keys=keys,
+                )
+            )
+            return
+        self._restarts += 1
+        new = self._pool.replace(handle)
+        self._attach(new)
+        for seq, batch_keys in sorted(held.items()):
+            self._held[new.id][seq] = batch_keys
+            self._send(new, command_frame(Command.FETCH, self._epoch, seq, batch_keys))
+        task = self._loop.create_task(self._start([new]))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+
+def start_method_context(
+    context: multiprocessing.context.BaseContext | str | None,
+) -> multiprocessing.context.BaseContext:
+    """The context workers start with: the given one, or ``forkserver`` (see the loader docs)."""
+    if isinstance(context, multiprocessing.context.BaseContext):
+        return context
+    if context is None:
+        methods = multiprocessing.get_all_start_methods()
+        context = "forkserver" if "forkserver" in methods else "spawn"
+    return multiprocessing.get_context(context)
+
+
+def warm_forkserver(context: multiprocessing.context.BaseContext) -> None:
+    """Starts the fork server now, with aioload's worker code preloaded, so workers start fast."""
+    if context.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    # multiprocessing has no public way to read the preload list or to ask whether
+    # the server runs; only a server that is not running yet takes a preload list.
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", 0) is None:
+        # Keep what is there (by default the main module, so workers do not import it again).
+        preload = list(getattr(server, "_preload_modules", ["__main__"]))
+        if "aioload.worker" not in preload:
+            context.set_forkserver_preload([*preload, "aioload.worker"])
+    forkserver.ensure_running()

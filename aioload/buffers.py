@@ -1,0 +1,86 @@
+"""Raw memory shared by the pin stage and the worker transport: size classes and leases.
+
+A *lease* is the ``base`` of numpy arrays that live in memory aioload manages
+(a pinned buffer, a shared-memory segment). numpy keeps an array's base alive
+through every view and slice, so the lease dies exactly when the last array
+that uses the memory dies, and its ``release`` callback then hands the memory
+back to whoever recycles it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Lease", "mapping_address", "size_class"]
+
+PAGESIZE = mmap.PAGESIZE
+
+
+def size_class(nbytes: int) -> int:
+    """Rounds ``nbytes`` up to whole pages with at most three significant bits.
+
+    Classes are 1, 2, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, ... pages: buffers
+    of slightly different sizes share a class, and rounding whole pages up to a
+    class wastes at most a fifth of the buffer.
+
+    Example::
+
+        >>> size_class(1) == mmap.PAGESIZE
+        True
+    """
+    pages = max(1, -(-nbytes // PAGESIZE))
+    shift = max(0, pages.bit_length() - 3)
+    pages = -(-pages >> shift) << shift
+    return pages * PAGESIZE
+
+
+def mapping_address(mapping: mmap.mmap) -> int:
+    """The address of a writable memory map's first byte."""
+    # The ctypes view exports the mapping's buffer; dropping it at once keeps close() possible.
+    view = ctypes.c_char.from_buffer(mapping)
+    address = ctypes.addressof(view)
+    del view
+    return address
+
+
+class Lease:
+    """The ``base`` of arrays served from ``size`` bytes at ``address``.
+
+    Args:
+        address: the first byte.
+        size: the bytes the lease covers.
+        keepalive: what owns the memory (a memory map); held as long as the lease.
+        release: called once, from whatever thread drops the last array, when
+            the lease dies; it must not block.
+
+    Example::
+
+        >>> raw = np.asarray(Lease(address, size, mapping, on_free))  # uint8[size]
+        >>> x = raw[:64].view(np.float32)   # on_free() runs once x and raw are gone
+    """
+
+    __slots__ = ("_address", "_keepalive", "_release", "_size")
+
+    def __init__(
+        self, address: int, size: int, keepalive: Any, release: Callable[[], None] | None
+    ) -> None:
+        self._address = address
+        self._size = size
+        self._keepalive = keepalive
+        self._release = release
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        return {
+            "version": 3,
+            "shape": (self._size,),
+            "typestr": "|u1",
+            "data": (self._address, False),
+        }
+
+    def __del__(self) -> None:
+        if self._release is not None:
+            self._release()

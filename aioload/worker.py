@@ -1,0 +1,302 @@
+"""What runs inside a worker process: its event loop, :class:`WorkerInfo`, seeding.
+
+A worker receives its :class:`WorkerSetup` (the dataset, ``collate_fn``,
+``worker_init_fn`` and the batching options) once when it starts, seeds its
+random number generators, calls ``worker_init_fn`` and then serves commands
+on its own uvloop event loop. It is an inline backend on a loop of its own:
+many fetches are in flight at once (an async dataset's items up to
+``concurrency``), results go back through shared memory
+(:mod:`aioload.transport`) as soon as they are ready, in any order, and the
+loader puts them back in order.
+
+Each epoch is a scope of its own in the worker: a command of a new epoch
+cancels whatever the previous one still had in flight. Iterable datasets are
+iterated afresh each epoch, batched here, with ``drop_last`` applied per
+worker, as in torch.
+
+A worker ignores Ctrl-C (SIGINT goes to the whole process group; the loader
+decides when its workers stop) and exits when told to or when the loader's
+end of the command socket closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import pickle
+import random
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio._backends._asyncio  # imported here so the fork server preloads it
+import anyio.abc
+import numpy as np
+import uvloop  # noqa: F401  # likewise: a worker's first loop should not pay for imports
+
+from aioload.backends.inline import InlineBackend
+from aioload.fetch import Fetcher, inspect_dataset
+from aioload.iteration import new_event_loop
+from aioload.transport import SegmentWriter
+from aioload.wire import FRAME_LENGTH, NO_EPOCH, Command, Result, send_result
+
+__all__ = ["ErrorReport", "WorkerInfo", "WorkerSetup", "get_worker_info", "worker_main"]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Describes the worker process this code runs in (see :func:`get_worker_info`).
+
+    Attributes:
+        id: the worker's number, ``0 <= id < num_workers``.
+        num_workers: how many workers the loader has.
+        seed: the seed of this worker's random generators (``base_seed + id``).
+        dataset: this worker's copy of the dataset.
+    """
+
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_worker_info: WorkerInfo | None = None
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """The :class:`WorkerInfo` of the worker process calling it; None in the main process.
+
+    Use it in a dataset's ``__iter__`` or in ``worker_init_fn`` to give each
+    worker its own share of an iterable dataset, or to open a per-worker
+    resource (a client, a file handle) lazily.
+
+    Example::
+
+        >>> class Range(aioload.IterableDataset):
+        ...     def __init__(self, n): self.n = n
+        ...     def __iter__(self):
+        ...         info = aioload.get_worker_info()
+        ...         if info is None:          # num_workers=0: everything here
+        ...             return iter(range(self.n))
+        ...         return iter(range(info.id, self.n, info.num_workers))
+    """
+    return _worker_info
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What every worker of a loader receives once per start.
+
+    Attributes:
+        dataset: the dataset (each worker works on its own copy).
+        collate_fn: merges samples into a batch, in the worker.
+        worker_init_fn: called with the worker id after seeding, or None.
+        batch_size: samples per batch of an iterable dataset (None: no
+            automatic batching).
+        drop_last: drop each worker's last incomplete batch (iterable datasets).
+        concurrency: the most item fetches in flight on the worker's loop.
+        num_workers: how many workers the loader has.
+    """
+
+    dataset: Any
+    collate_fn: Callable[[Any], Any]
+    worker_init_fn: Callable[[int], None] | None
+    batch_size: int | None
+    drop_last: bool
+    concurrency: int
+    num_workers: int
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """A worker's exception on its way to the loader.
+
+    ``error`` is the pickled exception, or None when it cannot be pickled; the
+    type name, message and formatted traceback always cross.
+    """
+
+    error: bytes | None
+    type_name: str
+    message: str
+    traceback: str
+
+
+def report(error: BaseException) -> ErrorReport:
+    """Packs ``error`` (and its traceback as text) for the loader."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickled: bytes | None = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        pickled = None
+    kind = type(error)
+    return ErrorReport(pickled, f"{kind.__module__}.{kind.__qualname__}", str(error), text)
+
+
+def seed_generators(seed: int) -> None:
+    """Seeds Python's ``random``, numpy's legacy global state and torch (if imported)."""
+    random.seed(seed)
+    np.random.seed([seed & 0xFFFF_FFFF, (seed >> 32) & 0xFFFF_FFFF])
+    # Only when the worker has imported torch (the dataset's or the main module
+    # did): importing it here would add about a second to every worker start.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def worker_main(
+    worker_id: int,
+    seed: int,
+    setup: WorkerSetup | bytes,
+    commands: socket.socket,
+    results: socket.socket,
+) -> None:
+    """The entry point of a worker process (the target of its ``Process``).
+
+    ``setup`` arrives pickled once by the loader (bytes) when the start method
+    pickles, or as the object itself under ``fork``.
+    """
+    global _worker_info
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    results.setblocking(True)
+    writer = SegmentWriter()
+    try:
+        if isinstance(setup, bytes):
+            setup = pickle.loads(setup)
+        assert isinstance(setup, WorkerSetup)
+        _worker_info = WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset)
+        seed_generators(seed)
+        if setup.worker_init_fn is not None:
+            setup.worker_init_fn(worker_id)
+    except BaseException as error:
+        send_result(results, Result.START_FAILED, NO_EPOCH, -1, writer.write(report(error)))
+        return
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(_Worker(setup, commands, results, writer).serve())
+
+
+class _Worker:
+    """Serves one worker's commands on its event loop."""
+
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        commands: socket.socket,
+        results: socket.socket,
+        writer: SegmentWriter,
+    ) -> None:
+        self._setup = setup
+        self._protocol = inspect_dataset(setup.dataset)
+        self._commands = commands
+        self._results = results
+        self._writer = writer
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._epoch = NO_EPOCH
+        self._epoch_scope: anyio.CancelScope | None = None
+        self._backend: InlineBackend | None = None
+        self._loader_gone = False
+
+    async def serve(self) -> None:
+        self._commands.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=self._commands)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                while not self._loader_gone:
+                    try:
+                        header = await reader.readexactly(FRAME_LENGTH.size)
+                        (length,) = FRAME_LENGTH.unpack(header)
+                        fields = pickle.loads(await reader.readexactly(length))
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        break  # the loader closed its end: it is gone or done with us
+                    if not await self._dispatch(fields):
+                        break
+                tg.cancel_scope.cancel()
+        finally:
+            writer.close()
+
+    async def _dispatch(self, fields: tuple[Any, ...]) -> bool:
+        """Carries out one command; False means stop serving."""
+        command = fields[0]
+        if command == Command.FETCH or command == Command.NEXT:
+            epoch, seq = fields[1], fields[2]
+            if epoch != self._epoch:
+                await self._start_epoch(epoch)
+            assert self._backend is not None
+            self._backend.submit(seq, fields[3] if command == Command.FETCH else None)
+        elif command == Command.RECYCLE:
+            self._writer.recycle(fields[1])
+            self._writer.drop(fields[2])
+        elif command == Command.END_EPOCH:
+            self._end_epoch()
+        elif command == Command.STOP:
+            return False
+        return True
+
+    async def _start_epoch(self, epoch: int) -> None:
+        self._end_epoch()
+        self._epoch = epoch
+        assert self._tg is not None
+        self._epoch_scope, self._backend = await self._tg.start(self._run_epoch, epoch)
+
+    def _end_epoch(self) -> None:
+        if self._epoch_scope is not None:
+            self._epoch_scope.cancel()
+        self._epoch_scope = self._backend = None
+        self._epoch = NO_EPOCH
+
+    async def _run_epoch(self, epoch: int, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
+        setup = self._setup
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                backend = InlineBackend(
+                    Fetcher(setup.dataset, self._protocol),
+                    setup.collate_fn,
+                    batch_size=setup.batch_size,
+                    drop_last=setup.drop_last,
+                    concurrency=setup.concurrency,
+                    offload_sync=False,  # this loop has nothing else to do
+                    task_group=tg,
+                    complete=functools.partial(self._complete, epoch),
+                )
+                task_status.started((scope, backend))
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await backend.aclose()
+
+    def _complete(
+        self,
+        epoch: int,
+        seq: int,
+        batch: Any = None,
+        error: BaseException | None = None,
+        exhausted: bool = False,
+    ) -> None:
+        if epoch != self._epoch:
+            return  # finished after its epoch was cancelled: nobody waits for it
+        try:
+            if exhausted:
+                send_result(self._results, Result.EXHAUSTED, epoch, seq, None)
+                return
+            if error is None:
+                try:
+                    written = self._writer.write(batch)
+                except Exception as pickling_error:
+                    pickling_error.add_note("raised while sending the batch to the loader")
+                    error = pickling_error
+                else:
+                    send_result(self._results, Result.BATCH, epoch, seq, written)
+                    return
+            written = self._writer.write(report(error))
+            send_result(self._results, Result.ERROR, epoch, seq, written)
+        except OSError:
+            # The loader closed the result socket: it is gone, so is our purpose.
+            self._loader_gone = True
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()

@@ -1,0 +1,937 @@
+"""aioload's DataLoader with worker processes next to torch's, in the same run.
+
+Run by hand: ``python benchmarks/bench_workers.py [--quick] [--repeat 5]``.
+
+Four measurements, each printed as a table of medians over ``--repeat`` repetitions (with the
+fastest and slowest repetition, to show the noise), checked against the targets of the
+worker-process backend, and gathered at the end in a markdown table for the README:
+
+1. CPU-bound items, batch 16, 2 workers: (a) about 2 ms of numpy work per item (FFT round
+   trips), (b) about 2 ms of pure-Python work holding the GIL, both calibrated at startup.
+   Targets: aioload with 2 workers >= 1.0 x torch with 2 workers, and >= 1.8 x aioload with
+   ``num_workers=0``.
+2. 16 MiB batches of 1 MiB uint8 items, 2 workers, each library's default collate (torch's
+   sends tensors through shared memory, its best case). GB/s; target: >= 1.5 x torch.
+3. Latency-bound items: 64 KiB objects from an HTTP server on 127.0.0.1 that answers every
+   request after 20 ms. aioload reads them with ``async def __getitem__`` and aiohttp, many
+   at once per worker; torch with blocking ``http.client`` calls. Targets: >= 20 x torch with
+   2 workers, >= 5 x torch with 16 workers.
+4. Time to the first batch of a fresh loader with 2 workers (in-memory rows): aioload's first
+   loader in a fresh process (cold: it starts the forkserver) and later ones (warm), next to
+   torch's (fork). Target: warm <= 1.5 x torch.
+
+Throughput is measured from the first batch on, for a fixed time, so that starting the workers
+is left out (measurement 4 is about that); every repetition starts fresh workers. Within a
+measurement the cases run in turn, repetition by repetition, so that drift on a busy machine
+hits them alike; every case runs once, shorter and untimed, first. torch and aiohttp are
+optional (``pip install torch aiohttp``): without them their rows are skipped. Until aioload's
+worker processes exist, the aioload rows with workers print "not available".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import uvloop
+
+from aioload import DataLoader
+
+# torch is imported in main(), not here: aioload's worker processes import this module to
+# unpickle the datasets, and importing torch there would slow their start for nothing.
+
+BATCH = 16
+WORKERS = 2
+ENDLESS = 1 << 30  # items in the throughput datasets: runs stop on time, never at the end
+ITEM_COST = 0.002  # seconds of CPU work per item in measurement 1
+FEATURES = 64  # float32 values per item in measurement 1
+SIGNAL = 1024  # samples of the signal the numpy work transforms
+BIG_ITEM = 1 << 20  # bytes per item in measurement 2
+PAGE = 4096
+DELAY = 0.02  # seconds the object server waits before every answer
+OBJECT_SIZE = 64 << 10
+# Item fetches in flight per aioload worker in measurement 3: 256 with 2 workers; 64 with 16,
+# 1024 in all, which already asks for 50k objects/s, far more than 2 cores can serve.
+HTTP_CONCURRENCY = {2: 256, 16: 64}
+FIRST_BATCH_ROWS = 100_000
+FIRST_BATCH_SIZE = 64
+WORKER_TIMEOUT = 60.0  # seconds; a stuck worker fails the run instead of hanging it
+
+Sample = tuple[np.ndarray, int]
+
+
+# -- datasets (module level: aioload's forkserver workers unpickle them) ----
+
+
+def numpy_work(rounds: int, seed: int) -> np.ndarray:
+    """``rounds`` FFT round trips on a signal of ``SIGNAL`` samples; the first values."""
+    signal = np.linspace(0.0, 1.0, SIGNAL) + seed
+    for _ in range(rounds):
+        # The conjugate reverses the signal in time: the values stay bounded however many rounds.
+        signal = np.fft.irfft(np.fft.rfft(signal).conj(), n=SIGNAL)
+    return signal[:FEATURES].astype(np.float32)
+
+
+def python_work(loops: int, seed: int) -> int:
+    """A pure-Python loop of ``loops`` steps: holds the GIL all along."""
+    acc = seed
+    for step in range(loops):
+        acc = (acc * 1103515245 + step) & 0x7FFFFFFF
+    return acc
+
+
+class NumpyItems:
+    """Item ``i`` is ``(numpy_work(rounds, i), i)``: about 2 ms of numpy work."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def __len__(self) -> int:
+        return ENDLESS
+
+    def __getitem__(self, i: int) -> Sample:
+        return numpy_work(self.rounds, i), i
+
+
+class PythonItems:
+    """Item ``i`` is ``(float32[64] from python_work(loops, i), i)``: about 2 ms under the GIL."""
+
+    def __init__(self, loops: int) -> None:
+        self.loops = loops
+
+    def __len__(self) -> int:
+        return ENDLESS
+
+    def __getitem__(self, i: int) -> Sample:
+        return np.full(FEATURES, python_work(self.loops, i), np.float32), i
+
+
+class BigItems:
+    """Item ``i`` is 1 MiB of the byte ``i % 251``: cheap to make, costly to move."""
+
+    def __len__(self) -> int:
+        return ENDLESS
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.full(BIG_ITEM, i % 251, np.uint8)
+
+
+class Rows:
+    """Rows of float32[16] with an int label, held in memory."""
+
+    def __init__(self, n: int) -> None:
+        rng = np.random.default_rng(0)
+        self.x = rng.random((n, 16), dtype=np.float32)
+        self.y = np.arange(n)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> Sample:
+        return self.x[i], int(self.y[i])
+
+
+def object_array(body: bytes, i: int) -> np.ndarray:
+    """The object's bytes as a writable uint8 array (torch warns on read-only ones)."""
+    if len(body) != OBJECT_SIZE:
+        raise RuntimeError(f"object {i}: {len(body)} bytes, expected {OBJECT_SIZE}")
+    return np.frombuffer(bytearray(body), np.uint8)
+
+
+_connections: dict[int, http.client.HTTPConnection] = {}
+
+
+class BlockingObjects:
+    """Object ``i`` read with a blocking ``http.client`` call, one keep-alive connection per
+    process (torch's way: one item at a time per worker)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __len__(self) -> int:
+        return ENDLESS
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        # Keyed by process: a forked worker must not share its parent's socket.
+        connection = _connections.get(os.getpid())
+        if connection is None:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port)
+            _connections[os.getpid()] = connection
+        connection.request("GET", f"/obj/{i}")
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"object {i}: HTTP {response.status}")
+        return object_array(body, i)
+
+
+# One aiohttp session per event loop, made on first use. It lives in a module global, not on
+# the dataset, so that a worker process exits without finalizing (and warning about) it.
+_sessions: dict[asyncio.AbstractEventLoop, Any] = {}
+
+
+def http_session() -> Any:
+    """The running loop's aiohttp ``ClientSession`` (no connection limit)."""
+    loop = asyncio.get_running_loop()
+    session = _sessions.get(loop)
+    if session is None:
+        import aiohttp
+
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        _sessions[loop] = session
+    return session
+
+
+async def close_http_session() -> None:
+    """Closes the running loop's session, if it has one."""
+    session = _sessions.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()
+
+
+class AsyncObjects:
+    """Object ``i`` read with aiohttp in an ``async def __getitem__``: many at once per loop."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/obj/"
+
+    def __len__(self) -> int:
+        return ENDLESS
+
+    async def __getitem__(self, i: int) -> np.ndarray:
+        async with http_session().get(f"{self.url}{i}") as response:
+            if response.status != 200:
+                raise RuntimeError(f"object {i}: HTTP {response.status}")
+            body = await response.read()
+        return object_array(body, i)
+
+
+# -- the object server (a separate process) --------------------------------
+
+
+def serve_objects(port_out: multiprocessing.connection.Connection, parent: int) -> None:
+    """Serves ``GET /obj/<i>`` on 127.0.0.1: ``OBJECT_SIZE`` bytes after ``DELAY`` seconds.
+
+    The object starts with ``i`` as 8 little-endian bytes. Sends its port through
+    ``port_out``; runs until terminated or until ``parent`` exits. Ctrl-C is left to the
+    parent, which stops the server on its way out.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    uvloop.run(_serve_objects(port_out, parent))
+
+
+async def _serve_objects(port_out: multiprocessing.connection.Connection, parent: int) -> None:
+    head = (
+        f"HTTP/1.1 200 OK\r\nContent-Length: {OBJECT_SIZE}\r\n"
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    not_found = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+    tail = bytes(OBJECT_SIZE - 8)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: requests one after the other on a connection
+                request = await reader.readuntil(b"\r\n\r\n")
+                target = request.split(b"\r\n", 1)[0].split(b" ")[1:2]
+                key = target[0].removeprefix(b"/obj/") if target else b""
+                await asyncio.sleep(DELAY)
+                if key.isdigit():
+                    writer.writelines([head, int(key).to_bytes(8, "little"), tail])
+                else:
+                    writer.write(not_found)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # the client went away
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, backlog=4096)
+    port_out.send(server.sockets[0].getsockname()[1])
+    async with server:
+        # A parent killed outright cannot terminate us: notice that it is gone.
+        while os.getppid() == parent:
+            await asyncio.sleep(0.5)
+
+
+@contextmanager
+def object_server() -> Iterator[int]:
+    """Runs :func:`serve_objects` in a separate process; yields its port, stops it on exit."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    server = context.Process(
+        target=serve_objects, args=(send, os.getpid()), name="object-server", daemon=True
+    )
+    server.start()
+    send.close()
+    try:
+        if not receive.poll(60):
+            raise RuntimeError("the object server did not start within 60 s")
+        port: int = receive.recv()
+        yield port
+    finally:
+        receive.close()
+        server.terminate()
+        server.join(5)
+        if server.is_alive():
+            server.kill()
+            server.join()
+
+
+# -- timing --------------------------------------------------------------
+
+# A case runs for about the given seconds and returns (units done, seconds taken).
+Case = Callable[[float], tuple[int, float]]
+# Reads a batch, checks it holds the items from the given key on, returns its item count.
+Touch = Callable[[Any, int], int]
+
+
+def close_iterator(iterator: Any) -> None:
+    """Stops an epoch now: aioload's iterators have ``close()``; torch's stop when dropped."""
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+def throughput(make_loader: Callable[[], Any], touch: Touch, scale: int = 1) -> Case:
+    """A case iterating a fresh loader with ``for``, timed from its first batch on.
+
+    Counts the items of the batches after the first until ``duration`` seconds have passed,
+    times ``scale`` (bytes per item, for GB/s).
+    """
+
+    def run(duration: float) -> tuple[int, float]:
+        iterator = iter(make_loader())
+        try:
+            items = touch(next(iterator), 0)
+            start = time.perf_counter()
+            counted, elapsed = 0, 0.0
+            for batch in iterator:
+                done = touch(batch, items)
+                items += done
+                counted += done
+                elapsed = time.perf_counter() - start
+                if elapsed >= duration:
+                    break
+            return counted * scale, elapsed
+        finally:
+            close_iterator(iterator)
+            del iterator
+
+    return run
+
+
+def async_throughput(make_loader: Callable[[], Any], touch: Touch) -> Case:
+    """:func:`throughput` with ``async for`` on a uvloop loop of its own."""
+
+    async def timed(duration: float) -> tuple[int, float]:
+        iterator: AsyncIterator[Any] = aiter(make_loader())
+        try:
+            items = touch(await anext(iterator), 0)
+            start = time.perf_counter()
+            counted, elapsed = 0, 0.0
+            async for batch in iterator:
+                done = touch(batch, items)
+                items += done
+                counted += done
+                elapsed = time.perf_counter() - start
+                if elapsed >= duration:
+                    break
+            return counted, elapsed
+        finally:
+            await iterator.aclose()  # type: ignore[attr-defined]
+            await close_http_session()
+
+    def run(duration: float) -> tuple[int, float]:
+        result: tuple[int, float] = uvloop.run(timed(duration))
+        return result
+
+    return run
+
+
+@dataclass
+class Rates:
+    """Units per second of one case, one value per repetition."""
+
+    values: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def spread(self, scale: float = 1.0, fmt: str = ".0f") -> str:
+        low, high = min(self.values) * scale, max(self.values) * scale
+        return f"{low:{fmt}}..{high:{fmt}}"
+
+
+@dataclass
+class Measured:
+    """The rates of a measurement's cases, and the cases that could not run, with why."""
+
+    rates: dict[str, Rates]
+    missing: dict[str, str]
+
+    def median(self, case: str) -> float | None:
+        return self.rates[case].median if case in self.rates else None
+
+
+def measure(cases: dict[str, Case], repeat: int, duration: float) -> Measured:
+    """Rates of every case: one shorter untimed run each, then ``repeat`` rounds in turn.
+
+    A case whose first run raises ``NotImplementedError`` (aioload's workers, until they
+    exist) is left out and reported as missing.
+    """
+    missing: dict[str, str] = {}
+    for name, run in cases.items():
+        try:
+            run(duration / 4)
+        except NotImplementedError as error:
+            missing[name] = str(error)
+    rates = {name: Rates([]) for name in cases if name not in missing}
+    for _ in range(repeat):
+        for name, rate in rates.items():
+            done, seconds = cases[name](duration)
+            rate.values.append(done / seconds)
+    return Measured(rates, missing)
+
+
+def print_table(
+    measured: Measured,
+    names: list[str],
+    unit: str,
+    scale: float = 1.0,
+    fmt: str = ".0f",
+    ratios: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """One row per case in ``names``; ``ratios`` maps a column title to {case: reference}."""
+    ratios = ratios or {}
+    header = f"{'':<44} {unit:>9} {'(min..max)':>17}" + "".join(f" {t:>13}" for t in ratios)
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        rate = measured.rates.get(name)
+        if rate is None:
+            if name in measured.missing:
+                print(f"{name:<44} {'not available':>27}")
+            continue
+        row = f"{name:<44} {rate.median * scale:>9{fmt}} {rate.spread(scale, fmt):>17}"
+        for column in ratios.values():
+            reference = measured.median(column[name]) if name in column else None
+            row += f" {rate.median / reference:>13.2f}" if reference else f" {'-':>13}"
+        print(row)
+
+
+@dataclass
+class Check:
+    """One aioload figure against a reference, with the bound its ratio should respect."""
+
+    name: str
+    unit: str
+    value: float | None  # aioload's median; None: could not run
+    reference: float | None  # None: no reference (torch not installed)
+    against: str
+    bound: float | None = None  # None: reported, not checked
+    at_most: bool = False  # the ratio should stay <= bound (times), not >= bound
+    fmt: str = ".0f"
+
+    @property
+    def ratio(self) -> float | None:
+        if self.value is None or not self.reference:
+            return None
+        return self.value / self.reference
+
+    @property
+    def target(self) -> str:
+        if self.bound is None:
+            return "-"
+        return f"{'<=' if self.at_most else '>='} {self.bound:g} x"
+
+    @property
+    def result(self) -> str:
+        if self.value is None:
+            return "not available"
+        ratio = self.ratio
+        if ratio is None:
+            return "no reference"
+        if self.bound is None:
+            return "-"
+        ok = ratio <= self.bound if self.at_most else ratio >= self.bound
+        return "ok" if ok else "MISSED"
+
+    def report(self) -> None:
+        ratio = f"{self.ratio:.2f}" if self.ratio is not None else "-"
+        print(f"target {self.name}: {self.target} {self.against}: {ratio} {self.result}")
+
+    def row(self) -> str:
+        def figure(value: float | None) -> str:
+            return "n/a" if value is None else f"{value:{self.fmt}}"
+
+        ratio = f"{self.ratio:.2f}" if self.ratio is not None else "-"
+        return (
+            f"| {self.name} | {self.unit} | {figure(self.value)} | "
+            f"{figure(self.reference)} ({self.against}) | {ratio} | {self.target} | "
+            f"{self.result} |"
+        )
+
+
+# -- loaders ---------------------------------------------------------------
+
+
+def aioload_loader(dataset: Any, workers: int, **options: Any) -> DataLoader:
+    options.setdefault("batch_size", BATCH)
+    if workers > 0:
+        options.setdefault("timeout", WORKER_TIMEOUT)
+    return DataLoader(dataset, num_workers=workers, **options)
+
+
+def torch_loader(torch_data: Any, dataset: Any, workers: int, **options: Any) -> Any:
+    options.setdefault("batch_size", BATCH)
+    # fork is torch's default on Linux up to Python 3.13; said explicitly so it stays so.
+    if "fork" in multiprocessing.get_all_start_methods():
+        options.setdefault("multiprocessing_context", "fork")
+    return torch_data.DataLoader(dataset, num_workers=workers, **options)
+
+
+def check_keys(found: Any, expected: np.ndarray) -> None:
+    """Raises unless a batch holds the expected items: a fast loader must also be right."""
+    found = np.asarray(found)
+    if not np.array_equal(found, expected):
+        raise RuntimeError(f"a batch holds {found[:4]}..., expected {expected[:4]}...")
+
+
+def touch_labelled(batch: Any, first: int) -> int:
+    _, labels = batch
+    check_keys(labels, np.arange(first, first + len(labels)))
+    return len(labels)
+
+
+def touch_pages(batch: Any, first: int) -> int:
+    """Reads one byte per page of every item (``np.asarray`` views torch tensors as well)."""
+    data = np.asarray(batch)
+    data[:, ::PAGE].sum()
+    check_keys(data[:, 0], np.arange(first, first + len(data)) % 251)
+    return len(data)
+
+
+def touch_objects(batch: Any, first: int) -> int:
+    """Reads one byte per page of every object and checks the key each one starts with."""
+    data = np.asarray(batch)
+    data[:, ::PAGE].sum()
+    keys = np.ascontiguousarray(data[:, :8]).view("<u8").ravel()
+    check_keys(keys, np.arange(first, first + len(data)))
+    return len(data)
+
+
+# -- 1: CPU-bound items ------------------------------------------------------
+
+
+def calibrate(work: Callable[[int, int], object]) -> tuple[int, float]:
+    """The ``units`` for which ``work(units, seed)`` takes about ``ITEM_COST`` seconds, and
+    the seconds it takes (the fastest of 7 calls: the least disturbed by other processes)."""
+
+    def cost(units: int) -> float:
+        times = []
+        for seed in range(7):
+            start = time.perf_counter()
+            work(units, seed)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    units = 1
+    while (seconds := cost(units)) < ITEM_COST / 8:
+        units *= 2
+    # Scale to the target, then again from there: a single short timing is easily disturbed.
+    for _ in range(3):
+        units = max(1, round(units * ITEM_COST / seconds))
+        seconds = cost(units)
+        if abs(seconds / ITEM_COST - 1) < 0.05:
+            break
+    return units, seconds
+
+
+def cpu_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 1."""
+    rounds, numpy_cost = calibrate(numpy_work)
+    loops, python_cost = calibrate(python_work)
+    kinds = {
+        "a": (NumpyItems(rounds), f"numpy: {rounds} FFT round trips of {SIGNAL} samples"),
+        "b": (PythonItems(loops), f"pure Python: a loop of {loops} steps holding the GIL"),
+    }
+    costs = {"a": numpy_cost, "b": python_cost}
+    for kind, (dataset, work) in kinds.items():
+        cases: dict[str, Case] = {}
+        if torch_data is not None:
+            cases["torch, 2 workers (fork)"] = throughput(
+                lambda d=dataset: torch_loader(torch_data, d, WORKERS), touch_labelled
+            )
+        cases["aioload, 0 workers"] = throughput(
+            lambda d=dataset: aioload_loader(d, 0), touch_labelled
+        )
+        cases["aioload, 2 workers"] = throughput(
+            lambda d=dataset: aioload_loader(d, WORKERS), touch_labelled
+        )
+        measured = measure(cases, repeat, duration)
+
+        print(f"\n1{kind}. CPU-bound items, {work} ({costs[kind] * 1e3:.2f} ms per item),")
+        print(f"    batch {BATCH}, default collate_fn, `for`, {duration:g} s per run")
+        print_table(
+            measured,
+            list(cases),
+            "items/s",
+            ratios={
+                "x torch 2w": {"aioload, 2 workers": "torch, 2 workers (fork)"},
+                "x aioload 0w": {"aioload, 2 workers": "aioload, 0 workers"},
+            },
+        )
+        mine = measured.median("aioload, 2 workers")
+        name = f"1{kind}. {'numpy' if kind == 'a' else 'pure Python'} ~2 ms/item, 2 workers"
+        for check in (
+            Check(
+                name,
+                "items/s",
+                mine,
+                measured.median("torch, 2 workers (fork)"),
+                "torch, 2 workers",
+                1.0,
+            ),
+            Check(
+                name,
+                "items/s",
+                mine,
+                measured.median("aioload, 0 workers"),
+                "aioload, 0 workers",
+                1.8,
+            ),
+        ):
+            check.report()
+            checks.append(check)
+        report_missing(measured)
+
+
+def report_missing(measured: Measured) -> None:
+    """One line per reason some cases could not run (the same reason is usually shared)."""
+    reasons: dict[str, list[str]] = {}
+    for name, why in measured.missing.items():
+        reasons.setdefault(why.splitlines()[0], []).append(name)
+    for why, names in reasons.items():
+        print(f"not available ({why}): {'; '.join(names)}")
+
+
+# -- 2: big batches ------------------------------------------------------------
+
+
+def big_batches(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 2."""
+    dataset = BigItems()
+    cases: dict[str, Case] = {}
+    if torch_data is not None:
+        cases["torch, 2 workers (fork)"] = throughput(
+            lambda: torch_loader(torch_data, dataset, WORKERS), touch_pages, BIG_ITEM
+        )
+    cases["aioload, 0 workers"] = throughput(
+        lambda: aioload_loader(dataset, 0), touch_pages, BIG_ITEM
+    )
+    cases["aioload, 2 workers"] = throughput(
+        lambda: aioload_loader(dataset, WORKERS), touch_pages, BIG_ITEM
+    )
+    measured = measure(cases, repeat, duration)
+
+    print(f"\n2. Big batches: {BATCH} items of {BIG_ITEM >> 20} MiB (np.full), default collate_fn")
+    print(
+        f"   (torch: tensors in shared memory), `for`, the consumer reads a byte per page,"
+        f" {duration:g} s per run"
+    )
+    print_table(
+        measured,
+        list(cases),
+        "GB/s",
+        1e-9,
+        ".2f",
+        ratios={
+            "x torch 2w": {
+                "aioload, 0 workers": "torch, 2 workers (fork)",
+                "aioload, 2 workers": "torch, 2 workers (fork)",
+            }
+        },
+    )
+    check = Check(
+        f"2. {BIG_ITEM * BATCH >> 20} MiB batches, 2 workers",
+        "GB/s",
+        scaled(measured.median("aioload, 2 workers"), 1e-9),
+        scaled(measured.median("torch, 2 workers (fork)"), 1e-9),
+        "torch, 2 workers",
+        1.5,
+        fmt=".2f",
+    )
+    check.report()
+    checks.append(check)
+    report_missing(measured)
+
+
+def scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale
+
+
+# -- 3: latency-bound items over HTTP ------------------------------------------
+
+
+def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 3."""
+    has_aiohttp = importlib.util.find_spec("aiohttp") is not None
+    with object_server() as port:
+        blocking, nonblocking = BlockingObjects(port), AsyncObjects(port)
+        cases: dict[str, Case] = {}
+        for workers, concurrency in HTTP_CONCURRENCY.items():
+            window = 2 * math.ceil(concurrency / BATCH)  # batches: twice what concurrency needs
+            if torch_data is not None:
+                cases[f"torch, {workers} workers"] = throughput(
+                    lambda w=workers: torch_loader(torch_data, blocking, w), touch_objects
+                )
+            if has_aiohttp:
+                cases[f"aioload, {workers} workers, concurrency {concurrency}"] = throughput(
+                    lambda w=workers, c=concurrency, p=window: aioload_loader(
+                        nonblocking, w, concurrency=c, prefetch_factor=p
+                    ),
+                    touch_objects,
+                )
+        if has_aiohttp:
+            cases["aioload, 0 workers (async for), concurrency 256"] = async_throughput(
+                lambda: aioload_loader(nonblocking, 0, concurrency=256), touch_objects
+            )
+        measured = measure(cases, repeat, duration)
+
+    print(
+        f"\n3. Latency-bound items: {OBJECT_SIZE >> 10} KiB objects over HTTP on 127.0.0.1,"
+        f" {DELAY * 1e3:.0f} ms per request,"
+    )
+    print(
+        f"   batch {BATCH}; torch: blocking http.client; aioload: aiohttp in async __getitem__,"
+        f" prefetch_factor 2*ceil(concurrency/{BATCH}), {duration:g} s per run"
+    )
+    if not has_aiohttp:
+        print("   (aiohttp is not installed: no aioload rows)")
+    versus = {
+        f"aioload, {w} workers, concurrency {c}": f"torch, {w} workers"
+        for w, c in HTTP_CONCURRENCY.items()
+    }
+    versus["aioload, 0 workers (async for), concurrency 256"] = f"torch, {WORKERS} workers"
+    print_table(measured, list(cases), "items/s", ratios={"x torch": versus})
+    for workers, concurrency in HTTP_CONCURRENCY.items():
+        mine = measured.median(f"aioload, {workers} workers, concurrency {concurrency}")
+        check = Check(
+            f"3. HTTP {DELAY * 1e3:.0f} ms, {workers} workers, concurrency {concurrency}/worker",
+            "items/s",
+            mine if has_aiohttp else None,
+            measured.median(f"torch, {workers} workers"),
+            f"torch, {workers} workers",
+            20.0 if workers == 2 else 5.0,
+        )
+        check.report()
+        checks.append(check)
+    checks.append(
+        Check(
+            f"3. HTTP {DELAY * 1e3:.0f} ms, 0 workers (async for), concurrency 256",
+            "items/s",
+            measured.median("aioload, 0 workers (async for), concurrency 256"),
+            measured.median(f"torch, {WORKERS} workers"),
+            f"torch, {WORKERS} workers",
+        )
+    )
+    report_missing(measured)
+
+
+# -- 4: time to the first batch ---------------------------------------------------
+
+
+def first_batch_seconds(loader: Any) -> float:
+    """Seconds from ``iter(loader)`` to its first batch; stops the epoch afterwards."""
+    start = time.perf_counter()
+    iterator = iter(loader)
+    try:
+        batch = next(iterator)
+        seconds = time.perf_counter() - start
+        touch_labelled(batch, 0)
+        return seconds
+    finally:
+        close_iterator(iterator)
+        del iterator
+
+
+def first_batch_loader(dataset: Rows, torch_data: Any = None) -> Any:
+    """A fresh loader of measurement 4: aioload's, or torch's when ``torch_data`` is given."""
+    if torch_data is None:
+        return aioload_loader(dataset, WORKERS, batch_size=FIRST_BATCH_SIZE)
+    return torch_loader(torch_data, dataset, WORKERS, batch_size=FIRST_BATCH_SIZE)
+
+
+def cold_child() -> None:
+    """In a fresh process: the first aioload loader's time to its first batch, as JSON."""
+    dataset = Rows(FIRST_BATCH_ROWS)
+    try:
+        result: dict[str, Any] = {"seconds": first_batch_seconds(first_batch_loader(dataset))}
+    except NotImplementedError as error:
+        result = {"missing": str(error)}
+    print(json.dumps(result))
+
+
+def cold_first_batch() -> float:
+    """:func:`cold_child` in a new Python process (raises ``NotImplementedError`` from it)."""
+    child = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--cold-child"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"the cold-start process failed:\n{child.stderr}")
+    result = json.loads(child.stdout.splitlines()[-1])
+    if "missing" in result:
+        raise NotImplementedError(result["missing"])
+    seconds: float = result["seconds"]
+    return seconds
+
+
+def first_batch(torch_data: Any, repeat: int, checks: list[Check]) -> None:
+    """Measurement 4."""
+    dataset = Rows(FIRST_BATCH_ROWS)
+    torch_name = "torch, fresh loader (fork)"
+    timers: dict[str, Callable[[], float]] = {}
+    if torch_data is not None:
+        timers[torch_name] = lambda: first_batch_seconds(first_batch_loader(dataset, torch_data))
+    timers["aioload, first loader of a process (cold)"] = cold_first_batch
+    timers["aioload, later fresh loaders (warm)"] = lambda: first_batch_seconds(
+        first_batch_loader(dataset)
+    )
+    missing: dict[str, str] = {}
+    times: dict[str, list[float]] = {name: [] for name in timers}
+    for rep in range(-1, repeat):
+        for name, timer in timers.items():
+            if name in missing or (rep < 0 and "cold" in name):
+                continue
+            try:
+                seconds = timer()
+            except NotImplementedError as error:
+                missing[name] = str(error)
+                del times[name]
+            else:
+                if rep >= 0:  # rep -1 is untimed: it starts aioload's forkserver
+                    times[name].append(seconds)
+    measured = Measured({name: Rates(values) for name, values in times.items()}, missing)
+
+    print(
+        f"\n4. Time to first batch: a fresh loader, {WORKERS} workers, {FIRST_BATCH_ROWS} rows of"
+        f" float32[16] + int label in memory,"
+    )
+    print(f"   batch {FIRST_BATCH_SIZE}, default collate_fn; from iter(loader) to the first batch")
+    print_table(
+        measured,
+        list(timers),
+        "ms",
+        1e3,
+        ".1f",
+        ratios={"x torch": {name: torch_name for name in timers if name != torch_name}},
+    )
+    torch_ms = scaled(measured.median(torch_name), 1e3)
+    warm = Check(
+        "4. first batch, fresh loader, warm",
+        "ms",
+        scaled(measured.median("aioload, later fresh loaders (warm)"), 1e3),
+        torch_ms,
+        "torch, fork",
+        1.5,
+        at_most=True,
+        fmt=".1f",
+    )
+    warm.report()
+    cold = Check(
+        "4. first batch, first loader of a process (cold)",
+        "ms",
+        scaled(measured.median("aioload, first loader of a process (cold)"), 1e3),
+        torch_ms,
+        "torch, fork",
+        fmt=".1f",
+    )
+    checks += [warm, cold]
+    report_missing(measured)
+
+
+# -- main --------------------------------------------------------------------
+
+
+def optional(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs: a smoke run")
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
+    parser.add_argument("--cold-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.cold_child:
+        cold_child()
+        return
+    repeat = args.repeat or (1 if args.quick else 5)
+    # Seconds per timed run: CPU-bound and big batches, then the HTTP case (slower batches).
+    cpu_duration, http_duration = (0.3, 0.6) if args.quick else (1.0, 1.5)
+
+    torch_data = optional("torch.utils.data")
+    # torch finds 16 workers too many for a small machine; measurement 3 wants them anyway.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(
+        f"Python {platform.python_version()}, numpy {np.__version__}, uvloop "
+        f"{version('uvloop')}, torch {version('torch')}, aiohttp {version('aiohttp')}; "
+        f"{os.cpu_count()} CPUs, load average {load}"
+    )
+    print(f"medians of {repeat} repetitions{' (--quick: smoke run, not figures)' * args.quick}")
+    sys.stdout.flush()
+    checks: list[Check] = []
+    cpu_bound(torch_data, repeat, cpu_duration, checks)
+    sys.stdout.flush()
+    big_batches(torch_data, repeat, cpu_duration, checks)
+    sys.stdout.flush()
+    latency_bound(torch_data, repeat, http_duration, checks)
+    sys.stdout.flush()
+    first_batch(torch_data, repeat, checks)
+
+    print("\nSummary (medians; ratio = aioload / reference):\n")
+    print("| measurement | unit | aioload | reference | ratio | target | result |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for check in checks:
+        print(check.row())
+
+
+if __name__ == "__main__":
+    main()

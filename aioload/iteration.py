@@ -228,14 +228,14 @@ class SyncBatchIterator:
         epoch = self._thread.epoch
         try:
             delivery = self._wait_for_delivery()
-        except queue.Empty:
-            assert epoch is not None
-            error = _timeout_error(epoch, self._timeout)
-            del self, epoch  # see AsyncBatchIterator.__anext__
-            raise error from None
         except BaseException:  # KeyboardInterrupt while waiting
             self.close()
             raise
+        if delivery is None:
+            assert epoch is not None
+            error = _timeout_error(epoch, self._timeout)
+            del self, epoch  # see AsyncBatchIterator.__anext__
+            raise error
         if delivery is END:
             self.close()
             raise StopIteration
@@ -246,7 +246,8 @@ class SyncBatchIterator:
             raise delivery.error
         return delivery.batch
 
-    def _wait_for_delivery(self) -> Delivery:
+    def _wait_for_delivery(self) -> Delivery | None:
+        """The next delivery, or None when the loader's timeout passed first."""
         # Wait in short slices: a KeyboardInterrupt raised in this thread by
         # other means than a signal (interrupt_main) is only seen between them.
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
@@ -255,7 +256,7 @@ class SyncBatchIterator:
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
-                    raise queue.Empty
+                    return None
             try:
                 return self._output.get(wait)
             except queue.Empty:

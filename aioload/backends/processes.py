@@ -7,11 +7,12 @@ one epoch, or for the loader's life with ``persistent_workers=True``.
 :class:`ProcessBackend` is one epoch's use of a pool, behind the scheduler's
 :class:`~aioload.backends.base.Backend` interface:
 
-- Map-style datasets: the loader samples; each batch of keys goes to the
-  worker with the fewest batches in flight. Iterable datasets: each worker
-  streams its own copy, and "the next batch" requests go round-robin over the
-  workers that still have data, so in-order output interleaves the workers as
-  torch does.
+- Map-style datasets: the loader samples, and batch ``i`` goes to worker
+  ``i % num_workers`` (as in torch, so a seeded run hands each batch to the
+  same worker and random state again). Iterable datasets: each worker streams
+  its own copy, and "the next batch" requests go round-robin over the workers
+  that still have data, so in-order output interleaves the workers as torch
+  does.
 - Results come back on the loop through the result sockets (a reader callback,
   never a blocking call) and their arrays are views of shared memory
   (:mod:`aioload.transport`).
@@ -538,14 +539,14 @@ class ProcessBackend:
             self._send(handle, command_frame(Command.FETCH, self._epoch, seq, keys))
 
     def _choose(self) -> _Handle:
+        # Round-robin, as torch: batch i goes to worker i % num_workers, so a seeded
+        # run gives every batch to the same worker (and its random state) again.
         workers = self._pool.workers
-        if self._iterable:
-            for _ in workers:
-                worker_id = next(self._round_robin)
-                if worker_id not in self._exhausted_workers:
-                    return workers[worker_id]
-            return workers[next(self._round_robin)]
-        return min(workers, key=lambda handle: len(self._held[handle.id]))
+        for _ in workers:
+            worker_id = next(self._round_robin)
+            if worker_id not in self._exhausted_workers:
+                return workers[worker_id]
+        return workers[next(self._round_robin)]
 
     # -- results ------------------------------------------------------------
 

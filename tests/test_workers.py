@@ -1,0 +1,525 @@
+"""Worker processes: what users see with ``num_workers > 0``.
+
+Datasets live at module level: workers start with ``forkserver``, which pickles them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aioload
+from aioload import DataLoader, LoaderTimeoutError, WorkerCrashedError, WorkerError
+
+# -- datasets ------------------------------------------------------------------
+
+
+class Squares(aioload.Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"x": np.full(3, index, dtype=np.float32), "y": index * index}
+
+
+class AsyncItems(aioload.Dataset):
+    def __init__(self, n: int, delay: float = 0.0, slow_key: int = -1, slow: float = 0.0) -> None:
+        self.n, self.delay, self.slow_key, self.slow = n, delay, slow_key, slow
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def __getitem__(self, index: int) -> int:
+        await asyncio.sleep(self.slow if index == self.slow_key else self.delay)
+        return index
+
+
+class WhereAmI(aioload.Dataset):
+    """Each sample says which process read it and what its worker info was."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[int, int, int, int, bool]:
+        info = aioload.get_worker_info()
+        assert info is not None
+        return index, os.getpid(), info.id, info.num_workers, info.dataset is self
+
+
+class Draws(aioload.Dataset):
+    """Samples drawn from the worker's global generators (seeded per worker)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[int, float, float]:
+        info = aioload.get_worker_info()
+        assert info is not None
+        return info.seed, random.random(), float(np.random.rand())
+
+
+class Failing(aioload.Dataset):
+    def __init__(self, bad_key: int, error: BaseException) -> None:
+        self.bad_key, self.error = bad_key, error
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> int:
+        if index == self.bad_key:
+            raise self.error
+        return index
+
+
+class Unpicklable(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+class RaisesUnpicklable(aioload.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        raise Unpicklable(f"key {index} is cursed")
+
+
+class HoldsALock(aioload.Dataset):
+    def __init__(self) -> None:
+        self.handle = {"lock": threading.Lock()}
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class KillsItsWorker(aioload.Dataset):
+    """Key ``victim`` SIGKILLs the worker reading it, the first ``times`` times only."""
+
+    def __init__(self, n: int, victim: int, marker_dir: str, times: int = 1) -> None:
+        self.n, self.victim, self.marker_dir, self.times = n, victim, marker_dir, times
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        if index == self.victim:
+            for attempt in range(self.times):
+                marker = Path(self.marker_dir, f"killed-{attempt}")
+                if not marker.exists():
+                    marker.touch()
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return index
+
+
+class Counter(aioload.Dataset):
+    """Counts the reads made by this copy of the dataset (one copy per worker)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        self.reads += 1
+        return os.getpid(), self.reads
+
+
+class Payloads(aioload.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {
+            "image": np.arange(index, index + 12, dtype=np.uint16).reshape(3, 4),
+            "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)) + index,
+            "strided": np.arange(20)[::3] + index,
+            "objects": np.array([f"s{index}", None], dtype=object),
+            "name": f"item-{index}",
+            "raw": bytes([index]) * 5,
+            "empty": np.zeros((0, 3)),
+        }
+
+
+class BigItems(aioload.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return np.full(1 << 20, index, dtype=np.uint8)
+
+
+class RangeByWorkerInfo(aioload.IterableDataset):
+    """torch's first sharding example: split inside ``__iter__`` with get_worker_info()."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+
+    def __iter__(self) -> Iterator[int]:
+        info = aioload.get_worker_info()
+        if info is None:
+            return iter(range(self.start, self.end))
+        per_worker = math.ceil((self.end - self.start) / float(info.num_workers))
+        start = self.start + info.id * per_worker
+        return iter(range(start, min(start + per_worker, self.end)))
+
+
+class PlainRange(aioload.IterableDataset):
+    """torch's second sharding example: the same split made by ``worker_init_fn``."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.end))
+
+
+def split_range(worker_id: int) -> None:
+    info = aioload.get_worker_info()
+    assert info is not None
+    dataset = info.dataset
+    overall_start, overall_end = dataset.start, dataset.end
+    per_worker = math.ceil((overall_end - overall_start) / float(info.num_workers))
+    dataset.start = overall_start + worker_id * per_worker
+    dataset.end = min(dataset.start + per_worker, overall_end)
+
+
+class AsyncShards(aioload.IterableDataset):
+    """An async stream: worker ``i`` yields ``i*100 .. i*100 + count - 1``."""
+
+    def __init__(self, counts: list[int]) -> None:
+        self.counts = counts
+
+    async def __aiter__(self) -> Any:
+        info = aioload.get_worker_info()
+        worker = 0 if info is None else info.id
+        for i in range(self.counts[worker]):
+            await asyncio.sleep(0)
+            yield worker * 100 + i
+
+
+def record_init(worker_id: int) -> None:
+    info = aioload.get_worker_info()
+    assert info is not None and info.id == worker_id
+    info.dataset.initialised = worker_id
+
+
+class InitAware(aioload.Dataset):
+    initialised = -1
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return self.initialised
+
+
+def flat(batches: list[Any]) -> list[int]:
+    return [int(v) for batch in batches for v in np.asarray(batch).ravel()]
+
+
+# -- map-style ------------------------------------------------------------------
+
+
+def test_get_worker_info_is_none_in_the_main_process() -> None:
+    assert aioload.get_worker_info() is None
+
+
+def test_batches_match_the_in_process_loader() -> None:
+    expected = list(DataLoader(Squares(50), batch_size=8))
+    got = list(DataLoader(Squares(50), batch_size=8, num_workers=2))
+    assert len(got) == len(expected) == 7
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a["x"], b["x"])
+        np.testing.assert_array_equal(a["y"], b["y"])
+        assert a["x"].dtype == np.float32
+
+
+def test_shuffled_order_does_not_depend_on_num_workers() -> None:
+    def keys(num_workers: int) -> list[list[int]]:
+        loader = DataLoader(
+            Squares(40), batch_size=5, shuffle=True, generator=7, num_workers=num_workers
+        )
+        return [[flat([b["y"]]) for b in loader] for _ in range(2)]  # type: ignore[misc]
+
+    assert keys(0) == keys(2)
+
+
+def test_samples_are_read_in_the_workers_with_their_info() -> None:
+    samples = [
+        s
+        for batch in DataLoader(WhereAmI(), batch_size=2, num_workers=2)
+        for s in zip(*batch, strict=True)
+    ]
+    assert [int(s[0]) for s in samples] == list(range(8))
+    pids = {int(s[1]) for s in samples}
+    assert os.getpid() not in pids
+    assert {int(s[2]) for s in samples} <= {0, 1}
+    assert {int(s[3]) for s in samples} == {2}
+    assert all(bool(s[4]) for s in samples)  # info.dataset is the worker's own copy
+
+
+@pytest.mark.asyncio
+async def test_async_dataset_items_are_awaited_concurrently_in_the_workers() -> None:
+    # 64 items that each wait 0.2 s: concurrent fetching takes about one wait, not 64.
+    loader = DataLoader(AsyncItems(64, delay=0.2), batch_size=16, num_workers=2)
+    started = time.monotonic()
+    got = [batch async for batch in loader]
+    assert flat(got) == list(range(64))
+    assert time.monotonic() - started < 5  # serially: 12.8 s
+
+
+@pytest.mark.asyncio
+async def test_async_for_keeps_the_callers_loop_running() -> None:
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        got = [b async for b in DataLoader(AsyncItems(32, delay=0.05), batch_size=4, num_workers=2)]
+    finally:
+        ticker.cancel()
+    assert flat(got) == list(range(32))
+    assert ticks >= 5
+
+
+def test_out_of_order_yields_batches_as_they_complete() -> None:
+    dataset = AsyncItems(40, slow_key=0, slow=0.6)
+    got = list(DataLoader(dataset, batch_size=4, num_workers=2, in_order=False))
+    assert sorted(flat(got)) == list(range(40))
+    assert flat(got[:1]) != [0, 1, 2, 3]  # the slow first batch did not hold the others back
+    ordered = list(DataLoader(dataset, batch_size=4, num_workers=2))
+    assert flat(ordered) == list(range(40))
+
+
+def test_spawn_and_fork_and_context_objects_work() -> None:
+    for context in ("spawn", "fork", multiprocessing.get_context("forkserver")):
+        loader = DataLoader(
+            Squares(6), batch_size=3, num_workers=2, multiprocessing_context=context
+        )
+        assert flat([b["y"] for b in loader]) == [i * i for i in range(6)]
+
+
+def test_timeout_applies_to_batches_from_workers() -> None:
+    loader = DataLoader(AsyncItems(8, slow_key=5, slow=30), batch_size=2, num_workers=2, timeout=2)
+    with pytest.raises(LoaderTimeoutError, match=r"batch 2 \(keys \[4, 5\]\)"):
+        list(loader)
+
+
+# -- transport -------------------------------------------------------------------
+
+
+def test_every_kind_of_value_crosses_intact() -> None:
+    expected = list(DataLoader(Payloads(), batch_size=None))
+    got = list(DataLoader(Payloads(), batch_size=None, num_workers=2))
+    for a, b in zip(got, expected, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], np.ndarray):
+                assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape
+                assert a[key].flags.f_contiguous == b[key].flags.f_contiguous
+                np.testing.assert_array_equal(a[key], b[key])
+            else:
+                assert a[key] == b[key]
+
+
+def test_arrays_are_writable_views_of_shared_memory() -> None:
+    (batch,) = list(DataLoader(BigItems(), batch_size=8, num_workers=1))
+    assert batch.shape == (8, 1 << 20)
+    assert [int(row[0]) for row in batch] == list(range(8))
+    assert not batch.flags.owndata  # no copy was made in this process
+    batch[0, :10] = 255  # the consumer owns it now
+    assert batch[0, :10].tolist() == [255] * 10
+
+
+def test_arrays_stay_valid_after_the_workers_are_gone() -> None:
+    batches = list(DataLoader(BigItems(), batch_size=2, num_workers=2))
+    assert [int(b[0, -1]) for b in batches] == [0, 2, 4, 6]
+    assert [int(b[1].sum()) for b in batches] == [(2 * i + 1) * (1 << 20) for i in range(4)]
+
+
+def test_segments_are_reused_across_batches() -> None:
+    # Many big batches, each dropped at once: memory stays flat (segments are recycled).
+    loader = DataLoader(BigItems(), batch_size=1, num_workers=1)
+    for _ in range(3):
+        total = sum(int(batch[0, 0]) for batch in loader)
+        assert total == sum(range(8))
+
+
+# -- iterable datasets -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "expected"),
+    [(0, [3, 4, 5, 6]), (2, [3, 5, 4, 6]), (12, [3, 4, 5, 6])],
+)
+def test_torch_documentation_sharding_examples(num_workers: int, expected: list[int]) -> None:
+    by_info = DataLoader(RangeByWorkerInfo(3, 7), num_workers=num_workers)
+    assert flat(list(by_info)) == expected
+    by_init = DataLoader(PlainRange(3, 7), num_workers=num_workers, worker_init_fn=split_range)
+    assert flat(list(by_init)) == expected
+
+
+def test_each_worker_batches_its_own_stream_and_drops_its_own_last_batch() -> None:
+    loader = DataLoader(RangeByWorkerInfo(0, 10), batch_size=3, num_workers=2)
+    assert [b.tolist() for b in loader] == [[0, 1, 2], [5, 6, 7], [3, 4], [8, 9]]
+    dropping = DataLoader(RangeByWorkerInfo(0, 10), batch_size=3, num_workers=2, drop_last=True)
+    assert [b.tolist() for b in dropping] == [[0, 1, 2], [5, 6, 7]]
+
+
+def test_async_iterable_streams_interleave_round_robin_until_each_is_exhausted() -> None:
+    loader = DataLoader(AsyncShards([3, 1]), batch_size=None, num_workers=2)
+    assert flat(list(loader)) == [0, 100, 1, 2]
+    unordered = DataLoader(AsyncShards([3, 1]), batch_size=None, num_workers=2, in_order=False)
+    assert sorted(flat(list(unordered))) == [0, 1, 2, 100]
+
+
+# -- seeding and worker_init_fn ------------------------------------------------------
+
+
+def test_worker_seeds_come_from_the_loader_generator() -> None:
+    def draws(generator: int) -> list[tuple[int, float, float]]:
+        loader = DataLoader(Draws(), batch_size=None, num_workers=2, generator=generator)
+        return [(int(s), float(r), float(n)) for s, r, n in loader]
+
+    first, again, other = draws(3), draws(3), draws(4)
+    assert first == again  # batch i goes to worker i % num_workers, as in torch
+    assert first != other
+    seeds = sorted({seed for seed, _, _ in first})
+    assert len(seeds) == 2 and seeds[1] == seeds[0] + 1  # base_seed + worker id
+    for seed in seeds:
+        mine = [(r, n) for s, r, n in first if s == seed]
+        python, legacy = random.Random(seed), np.random.RandomState([seed & 0xFFFFFFFF, seed >> 32])
+        assert mine == [(python.random(), float(legacy.rand())) for _ in mine]
+
+
+def test_every_epoch_draws_a_new_base_seed() -> None:
+    loader = DataLoader(Draws(), batch_size=None, num_workers=1, generator=5)
+    assert {int(s[0]) for s in loader} != {int(s[0]) for s in loader}
+
+
+def test_worker_init_fn_runs_in_each_worker_before_fetching() -> None:
+    loader = DataLoader(InitAware(), batch_size=1, num_workers=2, worker_init_fn=record_init)
+    assert set(flat(list(loader))) <= {0, 1}
+
+
+def test_persistent_workers_keep_their_processes_and_dataset_copies() -> None:
+    with DataLoader(Counter(), batch_size=2, num_workers=1, persistent_workers=True) as loader:
+        first = [(int(p), int(r)) for batch in loader for p, r in zip(*batch, strict=True)]
+        second = [(int(p), int(r)) for batch in loader for p, r in zip(*batch, strict=True)]
+    assert {p for p, _ in first} == {p for p, _ in second}
+    assert [r for _, r in second] == list(range(9, 17))  # the same copy kept counting
+
+
+@pytest.mark.asyncio
+async def test_persistent_workers_serve_async_epochs_after_a_break() -> None:
+    loader = DataLoader(
+        AsyncItems(32, delay=0.01), batch_size=4, num_workers=2, persistent_workers=True
+    )
+    try:
+        async for _ in loader:
+            break
+        assert flat([b async for b in loader]) == list(range(32))
+    finally:
+        loader.close()
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def test_a_worker_exception_keeps_its_type_and_names_worker_batch_and_keys() -> None:
+    loader = DataLoader(Failing(6, KeyError("no such key")), batch_size=4, num_workers=2)
+    with pytest.raises(KeyError, match="no such key") as caught:
+        list(loader)
+    notes = "\n".join(caught.value.__notes__)
+    assert "raised in DataLoader worker" in notes
+    assert "batch 1 (keys [4, 5, 6, 7])" in notes
+    assert "worker traceback:" in notes and "in __getitem__" in notes
+
+
+def test_an_exception_that_cannot_be_pickled_arrives_as_worker_error() -> None:
+    with pytest.raises(WorkerError, match="Unpicklable: key 0 is cursed") as caught:
+        list(DataLoader(RaisesUnpicklable(), batch_size=2, num_workers=1))
+    assert "worker traceback:" in "\n".join(caught.value.__notes__)
+
+
+def test_a_dataset_that_cannot_be_pickled_fails_naming_the_culprit() -> None:
+    with pytest.raises(TypeError, match=r"dataset\.handle\['lock'\] \(a _thread\.lock\)"):
+        list(DataLoader(HoldsALock(), num_workers=1))
+    # fork does not pickle: the same dataset works there.
+    assert flat(list(DataLoader(HoldsALock(), num_workers=1, multiprocessing_context="fork"))) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+
+
+# -- crashes ---------------------------------------------------------------------------
+
+
+def test_a_killed_worker_is_restarted_and_the_epoch_is_complete(tmp_path: Path) -> None:
+    dataset = KillsItsWorker(120, victim=37, marker_dir=str(tmp_path))
+    started = time.monotonic()
+    got = flat(list(DataLoader(dataset, batch_size=4, num_workers=2)))
+    assert got == list(range(120))  # every sample once, in order
+    assert (tmp_path / "killed-0").exists()
+    assert time.monotonic() - started < 10
+
+
+def test_out_of_order_epochs_survive_a_crash_too(tmp_path: Path) -> None:
+    dataset = KillsItsWorker(120, victim=90, marker_dir=str(tmp_path), times=2)
+    got = flat(list(DataLoader(dataset, batch_size=4, num_workers=2, in_order=False)))
+    assert sorted(got) == list(range(120))
+
+
+def test_past_the_restart_limit_the_crash_is_reported(tmp_path: Path) -> None:
+    dataset = KillsItsWorker(40, victim=10, marker_dir=str(tmp_path), times=2)
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, max_worker_restarts=1)
+    with pytest.raises(WorkerCrashedError, match="was killed by SIGKILL") as caught:
+        list(loader)
+    error = caught.value
+    assert error.exitcode == -signal.SIGKILL
+    assert [8, 9, 10, 11] in error.keys
+    assert "max_worker_restarts=1" in str(error)
+
+
+def test_a_crash_in_an_iterable_dataset_worker_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(WorkerCrashedError, match="cannot be resumed"):
+        list(DataLoader(CrashingStream(str(tmp_path)), batch_size=2, num_workers=2))
+
+
+class CrashingStream(aioload.IterableDataset):
+    def __init__(self, marker_dir: str) -> None:
+        self.marker_dir = marker_dir
+
+    def __iter__(self) -> Iterator[int]:
+        info = aioload.get_worker_info()
+        for i in range(6):
+            if info is not None and info.id == 1 and i == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield i

@@ -62,7 +62,13 @@ class DataLoader:
         sampler: a sampler of keys (sync or async iterable); excludes ``shuffle``.
         batch_sampler: a sampler of lists of keys; excludes ``batch_size``,
             ``shuffle``, ``sampler`` and ``drop_last``.
-        num_workers: worker processes; 0 loads on the event loop.
+        num_workers: worker processes; 0 loads on the event loop. Each worker
+            runs its own uvloop loop and a copy of the dataset, with up to
+            ``concurrency`` item fetches in flight; batch ``i`` goes to worker
+            ``i % num_workers``. Arrays come back through shared memory
+            without a copy. Iterable datasets are iterated (and batched, with
+            ``drop_last`` per worker) by every worker: shard them with
+            :func:`~aioload.get_worker_info`.
         collate_fn: merges a list of samples into a batch (default
             :func:`~aioload.default_collate`, or :func:`~aioload.default_convert`
             without automatic batching).
@@ -71,8 +77,19 @@ class DataLoader:
         drop_last: drop the last incomplete batch.
         timeout: seconds to wait for the next batch before raising
             :class:`~aioload.LoaderTimeoutError` (0: wait forever).
-        worker_init_fn: called with the worker id in each worker process.
-        multiprocessing_context: start method of the worker processes.
+        worker_init_fn: called with the worker id in each worker process,
+            after its generators are seeded (Python's ``random``, numpy's legacy
+            global state and torch if imported, with ``base_seed + id``, where
+            ``base_seed`` is drawn from ``generator`` every epoch).
+        multiprocessing_context: ``'fork'``, ``'spawn'``, ``'forkserver'`` or a
+            context object. The default is ``'forkserver'``: aioload runs threads
+            (its loop, fetch and pin threads), and forking a process that has
+            threads can deadlock the child. The cost: the dataset,
+            ``collate_fn`` and ``worker_init_fn`` must be picklable (they are
+            pickled once per epoch, or once with ``persistent_workers``), and
+            the first loader of a process starts the fork server (a few hundred
+            milliseconds, with aioload's worker code preloaded); later workers
+            start in milliseconds.
         generator: a ``numpy.random.Generator`` or an int seed for shuffling;
             a fixed seed makes the sequence of epochs reproducible.
         prefetch_factor: batches in flight per worker (``num_workers > 0``,
@@ -82,14 +99,23 @@ class DataLoader:
             ``concurrency`` items in flight and at least 4:
             ``max(4, 2 * ceil(concurrency / batch_size))`` (twice what
             ``concurrency`` needs, so refilling the window never starves it).
-        persistent_workers: keep the worker processes between epochs.
+        persistent_workers: keep the worker processes (and their dataset
+            copies) between epochs; they stop at :meth:`close`, when the loader
+            is collected, or at exit.
         pin_memory_device: the device to pin for (torch tensors only).
         in_order: yield batches in sampler order; ``False`` yields them as
             they finish, so one slow fetch does not hold the others back.
         concurrency: the most item fetches in flight at once on one event
             loop (default :data:`DEFAULT_CONCURRENCY` = 256). With an async
             dataset every item of every batch in the window is fetched
-            concurrently up to this cap.
+            concurrently up to this cap. With workers, the cap is per worker.
+        max_worker_restarts: worker processes that die (killed, out of memory,
+            ``os._exit``) are restarted and the batches they held are fetched
+            again, so the epoch still yields every sample exactly once; after
+            this many restarts in one epoch (default
+            :data:`DEFAULT_MAX_WORKER_RESTARTS` = 3) the epoch fails with
+            :class:`~aioload.WorkerCrashedError`. A worker of an iterable
+            dataset is never restarted (its stream position died with it).
 
     Example::
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import mmap
 import multiprocessing
 import os
 import random
@@ -523,3 +524,10 @@ class CrashingStream(aioload.IterableDataset):
             if info is not None and info.id == 1 and i == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
             yield i
+
+
+def test_batches_from_workers_are_pinned_in_the_pin_thread() -> None:
+    loader = DataLoader(Squares(8), batch_size=4, num_workers=2, pin_memory=True)
+    batches = list(loader)
+    assert flat([b["y"] for b in batches]) == [i * i for i in range(8)]
+    assert all(b["x"].ctypes.data % mmap.PAGESIZE == 0 for b in batches)

@@ -127,16 +127,16 @@ class AsyncBatchIterator:
     async def aclose(self) -> None:
         """Stops the epoch and waits until everything it started has ended."""
         self._finished = True
-        driver = self._driver
-        if driver is not None and not driver.done():
-            driver.cancel()
+        driver, epoch = self._driver, self._epoch
+        if driver is not None and epoch is not None and not driver.done():
+            epoch.cancel()
             await asyncio.wait({driver})
 
     def __del__(self) -> None:
-        driver, loop = self._driver, self._loop
-        if driver is not None and loop is not None and not driver.done():
+        driver, loop, epoch = self._driver, self._loop, self._epoch
+        if driver is not None and loop is not None and epoch is not None and not driver.done():
             try:
-                loop.call_soon_threadsafe(driver.cancel)
+                loop.call_soon_threadsafe(epoch.cancel)
             except RuntimeError:  # the loop is already closed
                 pass
 
@@ -154,7 +154,6 @@ class _LoopThread:
         self.epoch: Epoch | None = None
         self._new_epoch = new_epoch
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._driver: asyncio.Task[Any] | None = None
         started = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(started,), name="aioload-loop", daemon=True
@@ -173,7 +172,6 @@ class _LoopThread:
 
     async def _drive(self, started: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        self._driver = asyncio.current_task()
         try:
             self.epoch = self._new_epoch(self._loop, self.output, False)
         except BaseException as error:
@@ -191,13 +189,12 @@ class _LoopThread:
             self.output.put(END)
 
     def stop(self) -> None:
-        """Cancels the driver and joins the thread."""
-        if self.epoch is not None:
-            self.epoch.request_stop()
-        loop, driver = self._loop, self._driver
-        if loop is not None and driver is not None:
+        """Cancels the epoch and joins the thread."""
+        epoch, loop = self.epoch, self._loop
+        if epoch is not None and loop is not None:
+            epoch.request_stop()
             try:
-                loop.call_soon_threadsafe(driver.cancel)
+                loop.call_soon_threadsafe(epoch.cancel)
             except RuntimeError:  # the loop has already finished
                 pass
         if threading.current_thread() is not self._thread:

@@ -14,9 +14,9 @@ the window); with ``in_order=False`` they go out as they finish.
 
 Lifecycle: the driver runs inside an anyio task group that owns every task the
 backend starts, and the pin thread when pinning. It returns after the end
-marker has been delivered; cancelling it (the consumer's ``aclose()``, a
-``break``, garbage collection) cancels everything it started, and its
-``finally`` stops the threads before the driver is done.
+marker has been delivered; :meth:`Epoch.cancel` (the consumer's ``aclose()``,
+a ``break``, garbage collection) cancels everything it started, and its
+shielded ``finally`` stops the threads and processes before the driver is done.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ class Epoch:
         self._producer_error: BaseException | None = None
         self._emit: Callable[[Delivery], None] = output.put
         self._all_delivered = asyncio.Event()
+        self._scope = anyio.CancelScope()
         self.stop_requested = False
 
     def request_stop(self) -> None:
@@ -148,8 +149,21 @@ class Epoch:
         seq = self._next_out if self._in_order else min(pending, default=self._next_out)
         return seq, pending.get(seq)
 
+    def cancel(self) -> None:
+        """Stops the epoch early (call on the loop); :meth:`run` then cleans up and returns.
+
+        A cancel scope rather than ``Task.cancel()``: the cleanup awaits threads
+        and processes, and only a scope lets it shield itself from the request.
+        """
+        self.stop_requested = True
+        self._scope.cancel()
+
     async def run(self) -> None:
         """The driver: runs the epoch until its end marker has been delivered."""
+        with self._scope:
+            await self._run()
+
+    async def _run(self) -> None:
         pin_thread = None
         if self._pin is not None:
             pin_thread = PinThread(self._pin, self._output)
@@ -165,10 +179,12 @@ class Epoch:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                if backend is not None:
-                    await backend.aclose()
-                if pin_thread is not None:
-                    await pin_thread.stop()
+                try:
+                    if backend is not None:
+                        await backend.aclose()
+                finally:
+                    if pin_thread is not None:
+                        await pin_thread.stop()
 
     async def _produce_all(self, backend: Backend) -> None:
         try:

@@ -328,12 +328,23 @@ async def _in_thread(function: Callable[[], T]) -> T:
 
     thread = threading.Thread(target=run, name="aioload-workers", daemon=True)
     thread.start()
+    # Starting or stopping processes must finish even if the epoch is cancelled,
+    # by a cancel scope or by Task.cancel() (then the cancellation is re-raised after).
+    interrupted = False
     try:
         with anyio.CancelScope(shield=True):
-            # Starting or stopping processes must finish even if the epoch is cancelled.
-            result = await future
+            while True:
+                try:
+                    result = await asyncio.shield(future)
+                    break
+                except asyncio.CancelledError:
+                    if future.cancelled():
+                        raise
+                    interrupted = True
     finally:
         thread.join()
+    if interrupted:
+        raise asyncio.CancelledError
     return result
 
 

@@ -387,9 +387,12 @@ class ProcessBackend:
         self._watched: set[_Handle] = set()
         self._queued: list[tuple[int, Any]] = []  # submitted before the pool was ours
         self._ready = False
+        self._owner = False  # holds a persistent pool
         self._failed = False
         self._closing = False
-        self._starting: set[asyncio.Task[Any]] = set()
+        # Starts and restarts run in the epoch's scope; they are shielded, so the
+        # scope's end waits for them, and aclose() never races a half-started worker.
+        self._tg = task_group
         task_group.start_soon(self._begin)
 
     # -- the Backend interface --------------------------------------------
@@ -408,13 +411,11 @@ class ProcessBackend:
 
     async def aclose(self) -> None:
         self._closing = True
-        if self._starting:
-            await asyncio.wait(self._starting)
         for handle in self._attached:
             self._detach(handle)
         if self._owns_pool:
             await _in_thread(self._pool.close)
-        else:
+        elif self._owner:
             for handle in self._pool.workers:
                 self._send(handle, command_frame(Command.END_EPOCH))
             self._pool.owner_stop = None
@@ -434,31 +435,28 @@ class ProcessBackend:
                 await asyncio.sleep(0.005)
             pool.free.clear()
             pool.owner_stop = self._preempted
+            self._owner = True
         for handle in pool.workers:
             self._attach(handle)
         self._ready = True
-        await self._start([h for h in pool.workers if not h.started])
-        for handle in pool.workers:
-            if handle.process is not None and handle.process.exitcode is not None:
-                self._on_death(handle)  # died between epochs
+        # Commands wait in the sockets of workers that are still starting.
         queued, self._queued = self._queued, []
         for seq, keys in queued:
             self.submit(seq, keys)
+        await self._start([h for h in pool.workers if not h.started])
+        for handle in list(pool.workers):
+            if handle.process is not None and handle.process.exitcode is not None:
+                self._on_death(handle)  # died between epochs
 
     async def _start(self, handles: list[_Handle]) -> None:
         if not handles:
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._starting.add(task)
         try:
             await _in_thread(lambda: self._pool.start(handles))
         except Exception as error:
             error.add_note("raised while starting the DataLoader's worker processes")
             self._fail(error)
             return
-        finally:
-            self._starting.discard(task)
         for handle in handles:
             if handle in self._attached:
                 self._watch(handle)
@@ -649,9 +647,7 @@ class ProcessBackend:
         for seq, batch_keys in sorted(held.items()):
             self._held[new.id][seq] = batch_keys
             self._send(new, command_frame(Command.FETCH, self._epoch, seq, batch_keys))
-        task = self._loop.create_task(self._start([new]))
-        self._starting.add(task)
-        task.add_done_callback(self._starting.discard)
+        self._tg.start_soon(self._start, [new])
 
 
 def start_method_context(

@@ -18,15 +18,18 @@ Checkpoint and resume: every built-in sampler has ``state_dict()`` and
 ``load_state_dict(state)``. A state is a small JSON-serialisable dict taken between iterations
 or in the middle of one. A sampler built with the same arguments and given that state yields,
 on its next ``iter()``, exactly the keys the interrupted iteration had not yet yielded, and the
-iterations after that repeat the original's (same reshuffles: a state holds the generator state
-from the *start* of the interrupted iteration, which regenerates its order, and how many keys it
-had yielded, which are skipped by slicing, without iterating over them). Every state has
-``"type"`` (the sampler class), ``"version"``, ``"in_progress"`` (an iteration was started and
-not finished) and a count (``"yielded"`` keys, or ``"batches"`` for :class:`BatchSampler`). The
-count of an in-progress state may be lowered before loading, to resume after fewer items of
-the same iteration: a loader that has drawn keys ahead of what it delivered rewinds this way.
-A state describes the sampler's latest iteration; a sampler with no ``generator`` reshuffles
-from fresh entropy after the resumed iteration, as it always does.
+iterations after that repeat the original's, reshuffles included. For that a state holds the
+generator state from the *start* of the interrupted iteration and how many keys it had
+yielded: resuming redraws the iteration in bulk, as numpy arrays, and drops those keys by
+slicing, never one by one (except in a :class:`BatchSampler` over a sampler that is not built
+in: see there). Every state has ``"type"`` (the sampler class), ``"version"``,
+``"in_progress"`` (an iteration was started and its iterator not yet exhausted) and a count
+(``"yielded"`` keys, or ``"batches"`` for :class:`BatchSampler`). The count of an in-progress
+state may be lowered before loading, to resume after fewer items of the same iteration: a
+loader that has drawn keys ahead of those it delivered rewinds this way. A state describes the
+sampler's latest iteration. Loading one sets the state of the sampler's ``Generator``, the very
+object given as ``generator``; a sampler without a generator reshuffles from fresh entropy
+after the resumed iteration, as it always does.
 
 Keys from the built-in samplers are plain Python ``int``\\ s. Invalid arguments raise the
 exception type and message torch raises where torch checks the argument; arguments torch does
@@ -133,13 +136,15 @@ class _Iteration:
     """One iteration of a sampler: what regenerates it, how far it got, whether it ended.
 
     ``start`` is what the sampler needs to replay the iteration from its beginning (a
-    generator state, an epoch, an inner sampler's state). Keys pass through :meth:`track`,
+    generator state, an epoch, an inner sampler's state); ``rng`` is the generator drawing
+    it, once the sampler has it at hand. Keys pass through :meth:`track`,
     which chains blocks of keys in C and reads the position off the current block iterator's
     length hint, so that counting costs nothing per key; batches pass through :meth:`count`.
     """
 
     def __init__(self, start: Any, count: int = 0) -> None:
         self.start = start
+        self.rng: np.random.Generator | None = None
         self.finished = False
         # (items in finished blocks, length of the current block, its iterator), replaced as a
         # whole so that a reader on another thread never sees half an update.
@@ -185,14 +190,19 @@ class _Iteration:
 
     def __getstate__(self) -> dict[str, Any]:
         # A pickled sampler carries the count, not the live iterator of the current block.
-        return {"start": self.start, "finished": self.finished, "_cursor": (self.position, 0, None)}
+        return {
+            "start": self.start,
+            "rng": self.rng,
+            "finished": self.finished,
+            "_cursor": (self.position, 0, None),
+        }
 
 
 class _Resumable(Sampler[int]):
     """Base of the built-in key samplers: tracks iterations; ``state_dict``/``load_state_dict``.
 
-    A subclass says what starts an iteration (:meth:`_start`), how to yield its keys after
-    skipping the first ``n`` (:meth:`_keys`), and which fields of its own a state holds
+    A subclass says what starts an iteration (:meth:`_begin`), how to yield its keys after
+    skipping those already yielded (:meth:`_keys`), and which fields of its own a state holds
     (:meth:`_state_fields`, :meth:`_load_fields`).
     """
 
@@ -201,12 +211,12 @@ class _Resumable(Sampler[int]):
     _resume: _Iteration | None = None  # loaded by ``load_state_dict``, run by the next iter()
 
     def __iter__(self) -> Iterator[int]:
-        iteration = self._resume if self._resume is not None else _Iteration(self._start())
+        iteration = self._resume if self._resume is not None else self._begin()
         self._resume = None
         self._iteration = iteration
-        return self._keys(iteration.start, iteration.position, iteration)
+        return self._keys(iteration)
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # every subclass is sized; a state's count is checked against it
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -217,7 +227,8 @@ class _Resumable(Sampler[int]):
         keys that iteration has yielded, and the next ``iter()`` of a sampler that loads it
         yields the rest of that iteration. Fields: ``"type"``, ``"version"``,
         ``"in_progress"``, ``"yielded"`` (``0`` between iterations) and the sampler's own
-        (see its class docstring).
+        (see its class docstring). An iteration stays in progress until its iterator is
+        exhausted: after its last key, a resumed ``iter()`` yields nothing.
 
         Example:
             >>> import json
@@ -276,12 +287,12 @@ class _Resumable(Sampler[int]):
         self._iteration = None
         self._resume = _Iteration(start, yielded) if in_progress else None
 
-    def _start(self) -> Any:
-        """What replays a new iteration from its beginning (taken when it starts)."""
-        return None
+    def _begin(self) -> _Iteration:
+        """A new iteration, with what replays it from its beginning."""
+        return _Iteration(None)
 
-    def _keys(self, start: Any, skip: int, iteration: _Iteration) -> Iterator[int]:
-        """The keys of the iteration that ``start`` replays, after the first ``skip``."""
+    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+        """The keys of ``iteration`` (started or resumed) after the first ``position``."""
         raise NotImplementedError
 
     def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
@@ -303,16 +314,22 @@ class _Shuffling(_Resumable):
 
     generator: np.random.Generator | None
 
-    def _start(self) -> Mapping[str, Any]:
-        return _rng(self.generator).bit_generator.state
+    def _begin(self) -> _Iteration:
+        rng = _rng(self.generator)
+        iteration = _Iteration(rng.bit_generator.state)
+        iteration.rng = rng
+        return iteration
 
-    def _rng_at(self, start: Mapping[str, Any]) -> np.random.Generator:
-        """The generator to draw an iteration with, set to the state it started from."""
-        rng = self.generator
-        if rng is None:
-            rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
-        rng.bit_generator.state = start
-        return rng
+    def _rng_of(self, iteration: _Iteration) -> np.random.Generator:
+        """The generator to draw ``iteration`` with; a resumed one is set back to its start."""
+        if iteration.rng is None:
+            start = iteration.start
+            rng = self.generator
+            if rng is None:
+                rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
+            rng.bit_generator.state = start
+            iteration.rng = rng
+        return iteration.rng
 
     def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
         if iteration is not None:
@@ -366,8 +383,8 @@ class SequentialSampler(_Resumable):
     def __init__(self, data_source: Sized) -> None:
         self.data_source = data_source
 
-    def _keys(self, start: None, skip: int, iteration: _Iteration) -> Iterator[int]:
-        return iteration.track([range(skip, len(self.data_source))])
+    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+        return iteration.track([range(iteration.position, len(self.data_source))])
 
     def __len__(self) -> int:
         return len(self.data_source)
@@ -431,8 +448,8 @@ class RandomSampler(_Shuffling):
 
     _state_type = "RandomSampler"
 
-    def _keys(self, start: Mapping[str, Any], skip: int, iteration: _Iteration) -> Iterator[int]:
-        return iteration.track(self._blocks(self._rng_at(start), skip))
+    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+        return iteration.track(self._blocks(self._rng_of(iteration), iteration.position))
 
     def _blocks(self, rng: np.random.Generator, skip: int) -> Iterator[list[int]]:
         # Blocks are drawn exactly as in an uninterrupted iteration, so that the generator
@@ -486,8 +503,8 @@ class SubsetRandomSampler(_Shuffling):
 
     _state_type = "SubsetRandomSampler"
 
-    def _keys(self, start: Mapping[str, Any], skip: int, iteration: _Iteration) -> Iterator[int]:
-        order = self._rng_at(start).permutation(len(self.indices))[skip:]
+    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+        order = self._rng_of(iteration).permutation(len(self.indices))[iteration.position :]
         if isinstance(self.indices, np.ndarray):
             return iteration.track([self.indices[order].tolist()])
         # ``map`` takes one position at a time, so the count of positions is that of keys.
@@ -568,8 +585,8 @@ class WeightedRandomSampler(_Shuffling):
 
     _state_type = "WeightedRandomSampler"
 
-    def _keys(self, start: Mapping[str, Any], skip: int, iteration: _Iteration) -> Iterator[int]:
-        return iteration.track(self._blocks(self._rng_at(start), skip))
+    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+        return iteration.track(self._blocks(self._rng_of(iteration), iteration.position))
 
     def _blocks(self, rng: np.random.Generator, skip: int) -> Iterator[list[int]]:
         count = self.num_samples
@@ -761,11 +778,10 @@ class BatchSampler(Sampler[list[int]]):
         inner = self.sampler
         if _stateful(inner) != (inner_state is not None):
             raise ValueError(
-                "BatchSampler state has "
-                + ("no inner sampler state, but" if inner_state is None else "an inner sampler")
-                + f" state, but the inner {type(inner).__name__} "
-                + ("has state_dict()" if inner_state is None else "has no state_dict()")
-                + ": build the BatchSampler with the same arguments"
+                f"BatchSampler state has {'no' if inner_state is None else 'an'} inner sampler "
+                f"state, but the inner {type(inner).__name__} has "
+                f"{'' if inner_state is None else 'no '}state_dict(): build the BatchSampler "
+                "with the same arguments"
             )
         if in_progress and isinstance(inner, Sized) and batches > len(self):
             raise ValueError(
@@ -903,18 +919,19 @@ class DistributedSampler(_Resumable):
 
     _state_type = "DistributedSampler"
 
-    def _start(self) -> int:
-        return self.epoch
+    def _begin(self) -> _Iteration:
+        return _Iteration(self.epoch)
 
-    def _keys(self, start: int, skip: int, iteration: _Iteration) -> Iterator[int]:
+    def _keys(self, iteration: _Iteration) -> Iterator[int]:
         n = len(self.dataset)
         if self.shuffle:
-            indices = np.random.default_rng(self.seed + start).permutation(n)
+            indices = np.random.default_rng(self.seed + iteration.start).permutation(n)
         else:
             indices = np.arange(n)
         # ``np.resize`` repeats the array cyclically (padding) or cuts it (drop_last).
         indices = np.resize(indices, self.total_size)
-        return iteration.track([indices[self.rank :: self.num_replicas][skip:].tolist()])
+        mine = indices[self.rank :: self.num_replicas][iteration.position :]
+        return iteration.track([mine.tolist()])
 
     def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
         return {

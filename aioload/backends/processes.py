@@ -215,10 +215,12 @@ class WorkerPool:
         self._lock = threading.Lock()
         self.workers = [self._new_handle(i) for i in range(setup.num_workers)]
         self.closed = False
-        # A persistent pool serves one epoch at a time: the next waits for this.
-        self.free = threading.Event()
-        self.free.set()
-        self.owner_stop: Callable[[], None] | None = None
+        # A persistent pool serves one epoch at a time (see claim/release).
+        self._owner_lock = threading.Lock()
+        self._owner: tuple[asyncio.AbstractEventLoop, Callable[[str], None]] | None = None
+        self._free = threading.Event()
+        self._free.set()
+        self._close_requested = False
 
     def _new_handle(self, worker_id: int) -> _Handle:
         handle = _Handle(worker_id)
@@ -263,7 +265,52 @@ class WorkerPool:
                 # The child has its own copies now; ours would hide its exit (no EOF).
                 handle.close_worker_ends()
 
+    def claim(self, loop: asyncio.AbstractEventLoop, stop: Callable[[str], None]) -> bool:
+        """Makes the caller's epoch the pool's only user, or asks the current one to stop.
+
+        Returns False (after calling the owner's ``stop`` with the reason) while
+        another epoch still holds the pool — an iterator that was dropped but
+        has not finished closing; the caller retries.
+        """
+        with self._owner_lock:
+            owner = self._owner
+            if owner is None:
+                self._owner = (loop, stop)
+                self._free.clear()
+                return True
+        owner[1]("a new iteration of the same DataLoader (persistent_workers=True) started")
+        return False
+
+    def release(self) -> bool:
+        """The owning epoch lets go; True when the pool was closed meanwhile (shut it down)."""
+        with self._owner_lock:
+            self._owner = None
+            self._free.set()
+            return self._close_requested
+
     def close(self) -> None:
+        """Stops the owning epoch if any, then every worker (see :meth:`shutdown`).
+
+        Called on the owning epoch's own loop (``with loader: async for ...:
+        break``) it cannot wait for that epoch, which ends on a later turn of
+        the loop: the epoch shuts the pool down when it lets go.
+        """
+        with self._owner_lock:
+            owner = self._owner
+            self._close_requested = owner is not None
+        if owner is not None:
+            loop, stop = owner
+            stop("the DataLoader was closed")
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                return
+            self._free.wait(_STOP_GRACE)
+        self.shutdown()
+
+    def shutdown(self) -> None:
         """Stops every worker: asks, then terminates, then kills (blocking)."""
         with self._lock:
             if self.closed:
@@ -384,7 +431,7 @@ class ProcessBackend:
         self._exhausted_workers: set[int] = set()
         self._round_robin = itertools.cycle(range(len(pool.workers)))
         self._attached: list[_Handle] = []
-        self._watched: set[_Handle] = set()
+        self._watched: dict[_Handle, int] = {}  # handle -> its sentinel's descriptor
         self._queued: list[tuple[int, Any]] = []  # submitted before the pool was ours
         self._ready = False
         self._owner = False  # holds a persistent pool
@@ -414,12 +461,12 @@ class ProcessBackend:
         for handle in self._attached:
             self._detach(handle)
         if self._owns_pool:
-            await _in_thread(self._pool.close)
+            await _in_thread(self._pool.shutdown)
         elif self._owner:
             for handle in self._pool.workers:
                 self._send(handle, command_frame(Command.END_EPOCH))
-            self._pool.owner_stop = None
-            self._pool.free.set()
+            if self._pool.release():
+                await _in_thread(self._pool.shutdown)
 
     # -- starting -----------------------------------------------------------
 
@@ -428,14 +475,12 @@ class ProcessBackend:
         if not self._owns_pool:
             # A persistent pool may still serve the previous epoch (an iterator
             # dropped but not yet closed): ask it to stop and wait for it.
-            while not pool.free.is_set():
-                stop = pool.owner_stop
-                if stop is not None:
-                    stop()
+            while not pool.claim(self._loop, self._stop_from_any_thread):
                 await asyncio.sleep(0.005)
-            pool.free.clear()
-            pool.owner_stop = self._preempted
             self._owner = True
+            if pool.closed:
+                self._fail(RuntimeError("the DataLoader's persistent workers were closed"))
+                return
         for handle in pool.workers:
             self._attach(handle)
         self._ready = True
@@ -461,20 +506,12 @@ class ProcessBackend:
             if handle in self._attached:
                 self._watch(handle)
 
-    def _preempted(self) -> None:
-        """A new epoch of the same loader wants the persistent workers (any thread)."""
-
-        def fail() -> None:
-            self._fail(
-                RuntimeError(
-                    "this iteration was stopped because a new iteration of the same "
-                    "DataLoader (persistent_workers=True) started"
-                )
-            )
-
+    def _stop_from_any_thread(self, reason: str) -> None:
+        """Ends this epoch with a RuntimeError giving ``reason`` (callable from any thread)."""
+        error = RuntimeError(f"this iteration was stopped: {reason}")
         try:
-            self._loop.call_soon_threadsafe(fail)
-        except RuntimeError:
+            self._loop.call_soon_threadsafe(self._fail, error)
+        except RuntimeError:  # the loop is closed: the epoch is over anyway
             pass
 
     def _attach(self, handle: _Handle) -> None:
@@ -488,14 +525,14 @@ class ProcessBackend:
     def _watch(self, handle: _Handle) -> None:
         """Calls ``_on_death`` as soon as the worker's process ends."""
         if handle.process is not None and handle not in self._watched:
-            self._watched.add(handle)
-            self._loop.add_reader(handle.process.sentinel, self._on_death, handle)
+            sentinel = handle.process.sentinel
+            self._watched[handle] = sentinel
+            self._loop.add_reader(sentinel, self._on_death, handle)
 
     def _unwatch(self, handle: _Handle) -> None:
-        if handle in self._watched:
-            self._watched.discard(handle)
-            assert handle.process is not None
-            self._loop.remove_reader(handle.process.sentinel)
+        sentinel = self._watched.pop(handle, None)
+        if sentinel is not None:
+            self._loop.remove_reader(sentinel)
 
     def _detach(self, handle: _Handle) -> None:
         loop = self._loop

@@ -21,14 +21,15 @@ completion starts the next item at once: no task is created and no hand-off
 waits for another loop iteration, which at a high ``limit`` would cap the rate
 at which items start.
 
-Calling a runner: free slots (at the start, or when work arrives after the
-queue ran dry) are taken by the one runner *called* for them: the runner
-waiting for work is woken, or, when none is, a new one is created. When the
-item a runner started suspends while slots are free and items are queued, it
-calls the next, so a new task is created only when an item suspends. A runner
-that finds no work (or no free slot) waits for work if no other runner does,
-and otherwise ends; a stream of never-suspending items costs no task at all
-beyond that one runner.
+Calling runners: free slots (all of them at the start, those given back when
+the queue ran dry) are taken by the one runner *called* for them: the runner
+waiting for work if there is one, else a new task. When the item it started
+suspends while slots are free and items are queued, it calls the next one. So
+tasks are created only while free slots are being filled (one when work arrives
+and no runner waits for it, then at most one per item that suspends), none
+under steady load. A runner that finds no work (or no free slot) waits
+for work if no other runner does, and otherwise ends; a stream of
+never-suspending items costs no task at all beyond that one runner.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class ItemPool:
     def _ended(self, runner: asyncio.Task[None]) -> None:
         self._runners.discard(runner)
         # A runner that died (cancelled, or done() or an item raised past
-        # ``except Exception``) did not start the next item with its slot.
+        # ``except Exception``) gave its slot back without starting the next item.
         if self._free and not self._calling and self._queued():
             self._call()
 

@@ -5,8 +5,13 @@ of band as raw buffers instead of bytes inside the pickle. The pickle and the
 buffers are written into a *segment*: a shared-memory file (``memfd``) mapped
 by the worker and, once its descriptor has crossed the result socket, by the
 loader. The loader unpickles straight from its own mapping of the segment, so
-the arrays the consumer gets are views of the shared memory: the worker's
-``memcpy`` into the segment is the only copy on the way.
+the arrays the consumer gets are views of the shared memory.
+
+A worker collates into an :class:`Arena` — room in the segment its result
+will go to — so :func:`~aioload.default_collate` stacks samples straight into
+shared memory and nothing is copied on the way to the consumer. Arrays made
+elsewhere (a custom ``collate_fn``, a dataset's own batch) are copied into the
+segment once.
 
 Segment lifetime:
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import mmap
 import os
 import pickle
@@ -42,6 +48,8 @@ __all__ = ["SegmentReader", "SegmentWriter", "Written", "shared_memory_fd"]
 _ALIGN = 64  # cache-line alignment for every buffer inside a segment
 _LAYOUT = struct.Struct("<QQ")  # pickle length, out-of-band buffer count
 _SPAN = struct.Struct("<QQ")  # one buffer: offset, length
+# Kept free at the end of an arena for the batch's small arrays, its pickle and the layout.
+_ROOM_FOR_THE_REST = 64 << 10
 
 
 def _aligned(offset: int) -> int:
@@ -73,13 +81,76 @@ class Written:
     Attributes:
         segment: the segment's id (unique within one worker process).
         size: the segment's size in bytes.
+        layout_at: the offset of the result's layout (the pickle and where its
+            buffers are).
         fd: the segment's descriptor when the loader has not seen this segment
             yet (it must cross the socket with this result), else None.
     """
 
     segment: int
     size: int
+    layout_at: int
     fd: int | None
+
+
+class _Segment:
+    """A mapped segment on the worker's side."""
+
+    __slots__ = ("address", "fd", "id", "mapping", "size", "view")
+
+    def __init__(self, segment_id: int, size: int) -> None:
+        fd = shared_memory_fd(size)
+        try:
+            self.mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.id = segment_id
+        self.size = size
+        self.fd: int | None = fd  # until it has crossed the socket once
+        self.address = mapping_address(self.mapping)
+        self.view = np.frombuffer(self.mapping, dtype=np.uint8)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        del self.view  # the view exports the mapping's buffer, which close() refuses
+        self.mapping.close()
+
+
+class Arena:
+    """Room in one segment for the arrays of one result, before the result is written.
+
+    The worker collates into it (see :func:`aioload.collate.collate_into`), so a
+    collated batch already lives in shared memory and :meth:`SegmentWriter.write`
+    finds its buffers there instead of copying them. An arena whose result is
+    not written (the collate failed) must be :meth:`released <release>`.
+    """
+
+    def __init__(self, writer: SegmentWriter) -> None:
+        self._writer = writer
+        self.segment: _Segment | None = None
+        self.used = 0
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any] | None:
+        """An uninitialised C-contiguous array in the arena, or None when it does not fit."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        if self.segment is None:
+            # Room for this array, the batch's other arrays (as large as the last
+            # result's) and the pickle; the size class adds up to a fifth more.
+            wanted = max(nbytes + _ROOM_FOR_THE_REST, self._writer.expected_size)
+            self.segment = self._writer.take(size_class(wanted))
+        start = _aligned(self.used)
+        if start + nbytes + _ROOM_FOR_THE_REST > self.segment.size:
+            return None
+        self.used = start + nbytes
+        return self.segment.view[start : start + nbytes].view(dtype).reshape(shape)
+
+    def release(self) -> None:
+        """Gives the segment back unused (the result went another way)."""
+        if self.segment is not None:
+            self._writer.recycle([self.segment.id])
+            self.segment = None
 
 
 class SegmentWriter:
@@ -89,66 +160,134 @@ class SegmentWriter:
 
         writer = SegmentWriter()
         written = writer.write({"x": np.zeros((64, 16), np.float32)})
-        # send (written.segment, written.size) and written.fd to the loader
+        # send the Written fields (and written.fd if not None) to the loader
     """
 
     def __init__(self) -> None:
-        self._mappings: dict[int, mmap.mmap] = {}
+        self._segments: dict[int, _Segment] = {}
         self._free: dict[int, list[int]] = collections.defaultdict(list)
         self._next_id = 0
+        self.expected_size = 0  # the last result's size: how large an arena to start with
 
-    def write(self, obj: Any) -> Written:
-        """Pickles ``obj`` into a segment (numpy buffers out of band)."""
+    def arena(self) -> Arena:
+        """Room for the arrays of the next result (see :class:`Arena`)."""
+        return Arena(self)
+
+    def write(self, obj: Any, arena: Arena | None = None) -> Written:
+        """Pickles ``obj`` into a segment (numpy buffers out of band).
+
+        Buffers that already live in ``arena`` stay where they are; the others,
+        then the pickle and the layout, are copied after them.
+        """
         buffers: list[pickle.PickleBuffer] = []
         data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         raws = [buffer.raw() for buffer in buffers]
-        position = _aligned(_LAYOUT.size + _SPAN.size * len(raws))
-        pickle_at = position
-        spans = []
-        position = _aligned(position + len(data))
-        for raw in raws:
-            spans.append((position, raw.nbytes))
-            position = _aligned(position + raw.nbytes)
-        segment, size, fd = self._take(size_class(position))
-        mapping = self._mappings[segment]
-        _LAYOUT.pack_into(mapping, 0, len(data), len(raws))
-        for index, span in enumerate(spans):
-            _SPAN.pack_into(mapping, _LAYOUT.size + index * _SPAN.size, *span)
-        mapping[pickle_at : pickle_at + len(data)] = data
-        for (offset, length), raw in zip(spans, raws, strict=True):
-            mapping[offset : offset + length] = raw
-        return Written(segment, size, fd)
+        segment = arena.segment if arena is not None else None
+        spans: list[tuple[int, int] | None] = [None] * len(raws)
+        position = 0
+        if segment is not None and arena is not None:
+            position = arena.used
+            low, high = segment.address, segment.address + arena.used
+            for index, raw in enumerate(raws):
+                address = _address_of(raw)
+                if low <= address and address + raw.nbytes <= high:
+                    spans[index] = (address - low, raw.nbytes)
+        for index, raw in enumerate(raws):
+            if spans[index] is None:
+                position = _aligned(position)
+                spans[index] = (position, raw.nbytes)
+                position += raw.nbytes
+        layout_at = _aligned(position)
+        end = layout_at + _LAYOUT.size + _SPAN.size * len(raws) + len(data)
+        if segment is None or end > segment.size:
+            # No arena, or it overflowed: everything goes into one new segment.
+            written = self._write_anew(data, raws)
+            if arena is not None:
+                arena.release()
+            return written
+        self._copy_outside(segment, raws, spans, arena)
+        self._write_layout(segment, layout_at, data, spans)  # type: ignore[arg-type]
+        self.expected_size = end
+        return Written(segment.id, segment.size, layout_at, self._first_use(segment))
 
-    def _take(self, size: int) -> tuple[int, int, int | None]:
-        # A free segment of the same class, or one up to twice as large.
+    def _write_anew(self, data: bytes, raws: list[memoryview]) -> Written:
+        spans = []
+        position = 0
+        for raw in raws:
+            position = _aligned(position)
+            spans.append((position, raw.nbytes))
+            position += raw.nbytes
+        layout_at = _aligned(position)
+        end = layout_at + _LAYOUT.size + _SPAN.size * len(raws) + len(data)
+        segment = self.take(size_class(end))
+        self._copy_outside(segment, raws, spans, None)
+        self._write_layout(segment, layout_at, data, spans)
+        self.expected_size = end
+        return Written(segment.id, segment.size, layout_at, self._first_use(segment))
+
+    @staticmethod
+    def _copy_outside(
+        segment: _Segment,
+        raws: list[memoryview],
+        spans: list[tuple[int, int]] | list[tuple[int, int] | None],
+        arena: Arena | None,
+    ) -> None:
+        """Copies the buffers that are not already in the arena into their places."""
+        used = arena.used if arena is not None else 0
+        base = segment.address
+        for raw, span in zip(raws, spans, strict=True):
+            assert span is not None
+            offset, length = span
+            if arena is not None and offset + length <= used and _address_of(raw) == base + offset:
+                continue  # collated in place
+            segment.mapping[offset : offset + length] = raw
+
+    @staticmethod
+    def _write_layout(
+        segment: _Segment, layout_at: int, data: bytes, spans: list[tuple[int, int]]
+    ) -> None:
+        mapping = segment.mapping
+        _LAYOUT.pack_into(mapping, layout_at, len(data), len(spans))
+        position = layout_at + _LAYOUT.size
+        for span in spans:
+            _SPAN.pack_into(mapping, position, *span)
+            position += _SPAN.size
+        mapping[position : position + len(data)] = data
+
+    @staticmethod
+    def _first_use(segment: _Segment) -> int | None:
+        fd, segment.fd = segment.fd, None
+        return fd
+
+    def take(self, size: int) -> _Segment:
+        """A segment of at least ``size`` bytes: a free one up to twice as large, or a new one."""
         for candidate in (size, *sorted(s for s in self._free if size < s <= 2 * size)):
             free = self._free.get(candidate)
             if free:
-                return free.pop(), candidate, None
-        fd = shared_memory_fd(size)
-        try:
-            mapping = mmap.mmap(fd, size)
-        except BaseException:
-            os.close(fd)
-            raise
-        segment = self._next_id
+                return self._segments[free.pop()]
+        segment = _Segment(self._next_id, size)
         self._next_id += 1
-        self._mappings[segment] = mapping
-        return segment, size, fd
+        self._segments[segment.id] = segment
+        return segment
 
     def recycle(self, segments: list[int]) -> None:
         """The loader no longer uses these segments: write later results into them."""
-        for segment in segments:
-            mapping = self._mappings.get(segment)
-            if mapping is not None:
-                self._free[len(mapping)].append(segment)
+        for segment_id in segments:
+            segment = self._segments.get(segment_id)
+            if segment is not None:
+                self._free[segment.size].append(segment_id)
 
     def drop(self, segments: list[int]) -> None:
         """The loader unmapped these segments: unmap them here too."""
-        for segment in segments:
-            mapping = self._mappings.pop(segment, None)
-            if mapping is not None:
-                mapping.close()
+        for segment_id in segments:
+            segment = self._segments.pop(segment_id, None)
+            if segment is not None:
+                segment.close()
+
+
+def _address_of(raw: memoryview) -> int:
+    address: int = np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0]
+    return address
 
 
 class SegmentReader:
@@ -182,18 +321,19 @@ class SegmentReader:
         self._idle_at_worker.discard(segment)
         return self._mappings[segment]
 
-    def read(self, segment: int, size: int, fd: int | None) -> Any:
+    def read(self, segment: int, size: int, layout_at: int, fd: int | None) -> Any:
         """Unpickles the result in ``segment``; its arrays keep the segment until they die."""
         mapping, address = self._map(segment, size, fd)
         release = functools.partial(self._returned.append, segment)
         raw = np.asarray(Lease(address, size, mapping, release))
-        pickle_length, count = _LAYOUT.unpack_from(mapping, 0)
+        pickle_length, count = _LAYOUT.unpack_from(mapping, layout_at)
+        position = layout_at + _LAYOUT.size
         buffers = []
-        for index in range(count):
-            offset, length = _SPAN.unpack_from(mapping, _LAYOUT.size + index * _SPAN.size)
+        for _ in range(count):
+            offset, length = _SPAN.unpack_from(mapping, position)
             buffers.append(raw[offset : offset + length])
-        pickle_at = _aligned(_LAYOUT.size + _SPAN.size * count)
-        payload = memoryview(raw[pickle_at : pickle_at + pickle_length])  # type: ignore[arg-type]
+            position += _SPAN.size
+        payload = memoryview(raw[position : position + pickle_length])  # type: ignore[arg-type]
         return pickle.loads(payload, buffers=buffers)
 
     def discard(self, segment: int, size: int, fd: int | None) -> None:

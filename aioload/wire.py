@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 FRAME_LENGTH = struct.Struct("<I")
-RESULT = struct.Struct("<Bqqqq")  # kind, epoch, seq, segment (-1: none), segment size
+RESULT = struct.Struct("<Bqqqqq")  # kind, epoch, seq, segment (-1: none), size, layout offset
 NO_EPOCH = -1
 
 
@@ -73,9 +73,9 @@ def send_result(
 ) -> None:
     """Sends one result header (blocking), with the segment's descriptor when it is new."""
     if written is None:
-        sock.send(RESULT.pack(kind, epoch, seq, -1, 0))
+        sock.send(RESULT.pack(kind, epoch, seq, -1, 0, 0))
         return
-    header = RESULT.pack(kind, epoch, seq, written.segment, written.size)
+    header = RESULT.pack(kind, epoch, seq, written.segment, written.size, written.layout_at)
     if written.fd is None:
         sock.send(header)
         return
@@ -88,12 +88,12 @@ def send_result(
 
 def receive_results(
     sock: socket.socket,
-) -> tuple[list[tuple[int, int, int, int, int, int | None]], bool]:
+) -> tuple[list[tuple[int, int, int, int, int, int, int | None]], bool]:
     """Every result waiting on a non-blocking socket, and whether the worker closed it.
 
-    Each result is ``(kind, epoch, seq, segment, size, fd)``.
+    Each result is ``(kind, epoch, seq, segment, size, layout_at, fd)``.
     """
-    results: list[tuple[int, int, int, int, int, int | None]] = []
+    results: list[tuple[int, int, int, int, int, int, int | None]] = []
     while True:
         try:
             data, fds, _flags, _address = socket.recv_fds(sock, RESULT.size, 1)

@@ -22,6 +22,7 @@ end of the command socket closes.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import pickle
 import random
@@ -40,9 +41,10 @@ import numpy as np
 import uvloop  # noqa: F401  # likewise: a worker's first loop should not pay for imports
 
 from aioload.backends.inline import InlineBackend
+from aioload.collate import collate_into
 from aioload.fetch import Fetcher, inspect_dataset
 from aioload.iteration import new_event_loop
-from aioload.transport import SegmentWriter
+from aioload.transport import Arena, SegmentWriter
 from aioload.wire import FRAME_LENGTH, NO_EPOCH, Command, Result, send_result
 
 __all__ = ["ErrorReport", "WorkerInfo", "WorkerSetup", "get_worker_info", "worker_main"]
@@ -148,6 +150,31 @@ def seed_generators(seed: int) -> None:
         torch.manual_seed(seed)
 
 
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def keep_freed_memory() -> None:
+    """Has this process's allocator reuse freed memory for large arrays (glibc only).
+
+    A worker allocates and frees every batch (samples, then the collated
+    arrays). glibc serves blocks over its mmap threshold — 128 KiB at first —
+    with fresh mappings and unmaps them when freed, so every batch pays a page
+    fault for each 4 KiB it touches: for 1 MiB samples that is most of the
+    work. Raising the threshold (to glibc's maximum, 32 MiB) and the trim
+    threshold keeps freed blocks in the heap for the next batch. Only workers
+    are tuned: the user's own process is not aioload's to change.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+
+
 def worker_main(
     worker_id: int,
     seed: int,
@@ -162,6 +189,7 @@ def worker_main(
     """
     global _worker_info
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_freed_memory()
     results.setblocking(True)
     writer = SegmentWriter()
     try:
@@ -177,6 +205,14 @@ def worker_main(
         return
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         runner.run(_Worker(setup, commands, results, writer).serve())
+
+
+@dataclass(frozen=True, slots=True)
+class _InArena:
+    """A collated batch and the arena its large arrays were stacked into."""
+
+    batch: Any
+    arena: Arena
 
 
 class _Worker:
@@ -255,7 +291,7 @@ class _Worker:
             async with anyio.create_task_group() as tg:
                 backend = InlineBackend(
                     Fetcher(setup.dataset, self._protocol),
-                    setup.collate_fn,
+                    self._collate_in_shared_memory,
                     batch_size=setup.batch_size,
                     drop_last=setup.drop_last,
                     concurrency=setup.concurrency,
@@ -270,6 +306,16 @@ class _Worker:
                     with anyio.CancelScope(shield=True):
                         await backend.aclose()
 
+    def _collate_in_shared_memory(self, samples: Any) -> _InArena:
+        """Collates into room in the segment the batch will travel in (no copy later)."""
+        arena = self._writer.arena()
+        try:
+            with collate_into(arena.allocate):
+                return _InArena(self._setup.collate_fn(samples), arena)
+        except BaseException:
+            arena.release()
+            raise
+
     def _complete(
         self,
         epoch: int,
@@ -279,15 +325,19 @@ class _Worker:
         exhausted: bool = False,
     ) -> None:
         if epoch != self._epoch:
+            if isinstance(batch, _InArena):
+                batch.arena.release()
             return  # finished after its epoch was cancelled: nobody waits for it
         try:
             if exhausted:
                 send_result(self._results, Result.EXHAUSTED, epoch, seq, None)
                 return
             if error is None:
+                assert isinstance(batch, _InArena)
                 try:
-                    written = self._writer.write(batch)
+                    written = self._writer.write(batch.batch, batch.arena)
                 except Exception as pickling_error:
+                    batch.arena.release()
                     pickling_error.add_note("raised while sending the batch to the loader")
                     error = pickling_error
                 else:

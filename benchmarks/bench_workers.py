@@ -17,15 +17,16 @@ worker-process backend, and gathered at the end in a markdown table for the READ
    at once per worker; torch with blocking ``http.client`` calls. Targets: >= 20 x torch with
    2 workers, >= 5 x torch with 16 workers.
 4. Time to the first batch of a fresh loader with 2 workers (in-memory rows): aioload's first
-   loader in a fresh process (cold: it starts the forkserver) and later ones (warm), next to
-   torch's (fork). Target: warm <= 1.5 x torch.
+   loader in a fresh process (cold: it starts the fork server) and later ones (warm), next to
+   torch's (fork). aioload's run in a new Python process without a main script (see
+   :func:`aioload_first_batches`). Target: warm <= 1.5 x torch.
 
-Throughput is measured from the first batch on, for a fixed time, so that starting the workers
-is left out (measurement 4 is about that); every repetition starts fresh workers. Within a
-measurement the cases run in turn, repetition by repetition, so that drift on a busy machine
-hits them alike; every case runs once, shorter and untimed, first. torch and aiohttp are
-optional (``pip install torch aiohttp``): without them their rows are skipped. Until aioload's
-worker processes exist, the aioload rows with workers print "not available".
+Throughput is counted for a fixed time from the moment every worker has delivered a batch, so
+that starting the workers is left out (measurement 4 is about that); every repetition starts
+fresh workers. Within a measurement the cases run in turn, repetition by repetition, so that
+drift on a busy machine hits them alike; every case runs once, shorter and untimed, first.
+torch and aiohttp are optional (``pip install torch aiohttp``): without them their rows are
+skipped. A loader that raises ``NotImplementedError`` is reported as "not available".
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import asyncio
 import http.client
 import importlib
 import importlib.metadata
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -51,15 +51,28 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import uvloop
 
-from aioload import DataLoader
+from aioload import ArrayDataset, DataLoader
 
-# torch is imported in main(), not here: aioload's worker processes import this module to
-# unpickle the datasets, and importing torch there would slow their start for nothing.
+
+def optional(module: str) -> Any:
+    """The module, or None where it is not installed."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+# aiohttp is imported here, as a user's script would, so that aioload's fork server preloads it
+# with this module and the workers forked from it do not import it each. Without it,
+# measurement 3 has no aioload rows. torch, in contrast, is imported in main(): the worker
+# processes import this module too, to unpickle the datasets, and need no torch.
+aiohttp = optional("aiohttp")
 
 BATCH = 16
 WORKERS = 2
@@ -76,6 +89,7 @@ OBJECT_SIZE = 64 << 10
 HTTP_CONCURRENCY = {2: 256, 16: 64}
 FIRST_BATCH_ROWS = 100_000
 FIRST_BATCH_SIZE = 64
+WARM_LOADERS = 3  # fresh loaders per repetition in measurement 4, after the cold one
 WORKER_TIMEOUT = 60.0  # seconds; a stuck worker fails the run instead of hanging it
 
 Sample = tuple[np.ndarray, int]
@@ -86,11 +100,11 @@ Sample = tuple[np.ndarray, int]
 
 def numpy_work(rounds: int, seed: int) -> np.ndarray:
     """``rounds`` FFT round trips on a signal of ``SIGNAL`` samples; the first values."""
-    signal = np.linspace(0.0, 1.0, SIGNAL) + seed
+    wave = np.linspace(0.0, 1.0, SIGNAL) + seed
     for _ in range(rounds):
-        # The conjugate reverses the signal in time: the values stay bounded however many rounds.
-        signal = np.fft.irfft(np.fft.rfft(signal).conj(), n=SIGNAL)
-    return signal[:FEATURES].astype(np.float32)
+        # The conjugate reverses the wave in time: the values stay bounded however many rounds.
+        wave = np.fft.irfft(np.fft.rfft(wave).conj(), n=SIGNAL)
+    return wave[:FEATURES].astype(np.float32)
 
 
 def python_work(loops: int, seed: int) -> int:
@@ -137,21 +151,6 @@ class BigItems:
         return np.full(BIG_ITEM, i % 251, np.uint8)
 
 
-class Rows:
-    """Rows of float32[16] with an int label, held in memory."""
-
-    def __init__(self, n: int) -> None:
-        rng = np.random.default_rng(0)
-        self.x = rng.random((n, 16), dtype=np.float32)
-        self.y = np.arange(n)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> Sample:
-        return self.x[i], int(self.y[i])
-
-
 def object_array(body: bytes, i: int) -> np.ndarray:
     """The object's bytes as a writable uint8 array (torch warns on read-only ones)."""
     if len(body) != OBJECT_SIZE:
@@ -196,8 +195,6 @@ def http_session() -> Any:
     loop = asyncio.get_running_loop()
     session = _sessions.get(loop)
     if session is None:
-        import aiohttp
-
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         _sessions[loop] = session
     return session
@@ -313,54 +310,66 @@ def close_iterator(iterator: Any) -> None:
         close()
 
 
-def throughput(make_loader: Callable[[], Any], touch: Touch, scale: int = 1) -> Case:
-    """A case iterating a fresh loader with ``for``, timed from its first batch on.
+class Tally:
+    """Counts one timed run. The first ``skip`` batches (one per worker: by then every worker
+    has started) are checked but not counted; the clock starts after them and the items of
+    the batches that follow are counted until ``duration`` seconds have passed."""
 
-    Counts the items of the batches after the first until ``duration`` seconds have passed,
-    times ``scale`` (bytes per item, for GB/s).
-    """
+    def __init__(self, touch: Touch, skip: int, duration: float) -> None:
+        self.touch = touch
+        self.skip = skip
+        self.duration = duration
+        self.items = 0  # every item seen so far: the key of the next one
+        self.counted = 0
+        self.start = 0.0
+        self.elapsed = 0.0
+
+    def add(self, batch: Any) -> bool:
+        """Takes the next batch; True once the run has lasted long enough."""
+        done = self.touch(batch, self.items)
+        self.items += done
+        if self.skip > 0:
+            self.skip -= 1
+            self.start = time.perf_counter()
+            return False
+        self.counted += done
+        self.elapsed = time.perf_counter() - self.start
+        return self.elapsed >= self.duration
+
+
+def throughput(make_loader: Callable[[], Any], touch: Touch, skip: int, scale: int = 1) -> Case:
+    """A case iterating a fresh loader with ``for`` (see :class:`Tally`); units are items
+    times ``scale`` (bytes per item, for GB/s)."""
 
     def run(duration: float) -> tuple[int, float]:
+        tally = Tally(touch, skip, duration)
         iterator = iter(make_loader())
         try:
-            items = touch(next(iterator), 0)
-            start = time.perf_counter()
-            counted, elapsed = 0, 0.0
             for batch in iterator:
-                done = touch(batch, items)
-                items += done
-                counted += done
-                elapsed = time.perf_counter() - start
-                if elapsed >= duration:
+                if tally.add(batch):
                     break
-            return counted * scale, elapsed
         finally:
             close_iterator(iterator)
             del iterator
+        return tally.counted * scale, tally.elapsed
 
     return run
 
 
 def async_throughput(make_loader: Callable[[], Any], touch: Touch) -> Case:
-    """:func:`throughput` with ``async for`` on a uvloop loop of its own."""
+    """:func:`throughput` with ``async for`` on a uvloop loop of its own (0 workers)."""
 
     async def timed(duration: float) -> tuple[int, float]:
+        tally = Tally(touch, 1, duration)
         iterator: AsyncIterator[Any] = aiter(make_loader())
         try:
-            items = touch(await anext(iterator), 0)
-            start = time.perf_counter()
-            counted, elapsed = 0, 0.0
             async for batch in iterator:
-                done = touch(batch, items)
-                items += done
-                counted += done
-                elapsed = time.perf_counter() - start
-                if elapsed >= duration:
+                if tally.add(batch):
                     break
-            return counted, elapsed
         finally:
             await iterator.aclose()  # type: ignore[attr-defined]
             await close_http_session()
+        return tally.counted, tally.elapsed
 
     def run(duration: float) -> tuple[int, float]:
         result: tuple[int, float] = uvloop.run(timed(duration))
@@ -398,8 +407,8 @@ class Measured:
 def measure(cases: dict[str, Case], repeat: int, duration: float) -> Measured:
     """Rates of every case: one shorter untimed run each, then ``repeat`` rounds in turn.
 
-    A case whose first run raises ``NotImplementedError`` (aioload's workers, until they
-    exist) is left out and reported as missing.
+    A case whose first run raises ``NotImplementedError`` (a loader option that this version
+    of aioload does not have) is left out and reported as missing.
     """
     missing: dict[str, str] = {}
     for name, run in cases.items():
@@ -411,6 +420,8 @@ def measure(cases: dict[str, Case], repeat: int, duration: float) -> Measured:
     for _ in range(repeat):
         for name, rate in rates.items():
             done, seconds = cases[name](duration)
+            if seconds <= 0:
+                raise RuntimeError(f"{name}: the loader ended before any batch was timed")
             rate.values.append(done / seconds)
     return Measured(rates, missing)
 
@@ -546,15 +557,19 @@ def touch_objects(batch: Any, first: int) -> int:
 
 
 def calibrate(work: Callable[[int, int], object]) -> tuple[int, float]:
-    """The ``units`` for which ``work(units, seed)`` takes about ``ITEM_COST`` seconds, and
-    the seconds it takes (the fastest of 7 calls: the least disturbed by other processes)."""
+    """The ``units`` for which ``work(units, seed)`` takes about ``ITEM_COST`` seconds of CPU,
+    and the CPU seconds it takes.
+
+    CPU time, not wall time: on a busy machine the wall time of a call includes the time other
+    processes had the core. The least of 5 calls, the one least disturbed by cache misses.
+    """
 
     def cost(units: int) -> float:
         times = []
-        for seed in range(7):
-            start = time.perf_counter()
+        for seed in range(5):
+            start = time.thread_time()
             work(units, seed)
-            times.append(time.perf_counter() - start)
+            times.append(time.thread_time() - start)
         return min(times)
 
     units = 1
@@ -582,13 +597,13 @@ def cpu_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]
         cases: dict[str, Case] = {}
         if torch_data is not None:
             cases["torch, 2 workers (fork)"] = throughput(
-                lambda d=dataset: torch_loader(torch_data, d, WORKERS), touch_labelled
+                partial(torch_loader, torch_data, dataset, WORKERS), touch_labelled, WORKERS
             )
         cases["aioload, 0 workers"] = throughput(
-            lambda d=dataset: aioload_loader(d, 0), touch_labelled
+            partial(aioload_loader, dataset, 0), touch_labelled, 1
         )
         cases["aioload, 2 workers"] = throughput(
-            lambda d=dataset: aioload_loader(d, WORKERS), touch_labelled
+            partial(aioload_loader, dataset, WORKERS), touch_labelled, WORKERS
         )
         measured = measure(cases, repeat, duration)
 
@@ -646,13 +661,13 @@ def big_batches(torch_data: Any, repeat: int, duration: float, checks: list[Chec
     cases: dict[str, Case] = {}
     if torch_data is not None:
         cases["torch, 2 workers (fork)"] = throughput(
-            lambda: torch_loader(torch_data, dataset, WORKERS), touch_pages, BIG_ITEM
+            lambda: torch_loader(torch_data, dataset, WORKERS), touch_pages, WORKERS, BIG_ITEM
         )
     cases["aioload, 0 workers"] = throughput(
-        lambda: aioload_loader(dataset, 0), touch_pages, BIG_ITEM
+        lambda: aioload_loader(dataset, 0), touch_pages, 1, BIG_ITEM
     )
     cases["aioload, 2 workers"] = throughput(
-        lambda: aioload_loader(dataset, WORKERS), touch_pages, BIG_ITEM
+        lambda: aioload_loader(dataset, WORKERS), touch_pages, WORKERS, BIG_ITEM
     )
     measured = measure(cases, repeat, duration)
 
@@ -697,22 +712,27 @@ def scaled(value: float | None, scale: float) -> float | None:
 
 def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
     """Measurement 3."""
-    has_aiohttp = importlib.util.find_spec("aiohttp") is not None
+    has_aiohttp = aiohttp is not None
     with object_server() as port:
         blocking, nonblocking = BlockingObjects(port), AsyncObjects(port)
         cases: dict[str, Case] = {}
         for workers, concurrency in HTTP_CONCURRENCY.items():
-            window = 2 * math.ceil(concurrency / BATCH)  # batches: twice what concurrency needs
+            prefetch = 2 * math.ceil(concurrency / BATCH)  # batches: twice what concurrency needs
             if torch_data is not None:
                 cases[f"torch, {workers} workers"] = throughput(
-                    lambda w=workers: torch_loader(torch_data, blocking, w), touch_objects
+                    partial(torch_loader, torch_data, blocking, workers), touch_objects, workers
                 )
             if has_aiohttp:
                 cases[f"aioload, {workers} workers, concurrency {concurrency}"] = throughput(
-                    lambda w=workers, c=concurrency, p=window: aioload_loader(
-                        nonblocking, w, concurrency=c, prefetch_factor=p
+                    partial(
+                        aioload_loader,
+                        nonblocking,
+                        workers,
+                        concurrency=concurrency,
+                        prefetch_factor=prefetch,
                     ),
                     touch_objects,
+                    workers,
                 )
         if has_aiohttp:
             cases["aioload, 0 workers (async for), concurrency 256"] = async_throughput(
@@ -777,66 +797,84 @@ def first_batch_seconds(loader: Any) -> float:
         del iterator
 
 
-def first_batch_loader(dataset: Rows, torch_data: Any = None) -> Any:
+def rows() -> ArrayDataset:
+    """The dataset of measurement 4: rows of float32[16] and their int labels, in memory
+    (aioload's ``ArrayDataset``: torch's loader reads it as well)."""
+    features = np.random.default_rng(0).random((FIRST_BATCH_ROWS, 16), dtype=np.float32)
+    return ArrayDataset(features, np.arange(FIRST_BATCH_ROWS))
+
+
+def first_batch_loader(dataset: ArrayDataset, torch_data: Any = None) -> Any:
     """A fresh loader of measurement 4: aioload's, or torch's when ``torch_data`` is given."""
     if torch_data is None:
         return aioload_loader(dataset, WORKERS, batch_size=FIRST_BATCH_SIZE)
     return torch_loader(torch_data, dataset, WORKERS, batch_size=FIRST_BATCH_SIZE)
 
 
-def cold_child() -> None:
-    """In a fresh process: the first aioload loader's time to its first batch, as JSON."""
-    dataset = Rows(FIRST_BATCH_ROWS)
+def first_batch_child(loaders: int) -> None:
+    """In a fresh process: the seconds to the first batch of ``loaders`` fresh aioload loaders
+    made one after the other (the first one starts the fork server), printed as JSON."""
+    dataset = rows()
     try:
-        result: dict[str, Any] = {"seconds": first_batch_seconds(first_batch_loader(dataset))}
+        seconds = [first_batch_seconds(first_batch_loader(dataset)) for _ in range(loaders)]
+        result: dict[str, Any] = {"seconds": seconds}
     except NotImplementedError as error:
         result = {"missing": str(error)}
     print(json.dumps(result))
 
 
-def cold_first_batch() -> float:
-    """:func:`cold_child` in a new Python process (raises ``NotImplementedError`` from it)."""
+def aioload_first_batches(loaders: int) -> list[float]:
+    """:func:`first_batch_child` in a new Python process (raises its ``NotImplementedError``).
+
+    The child imports this module instead of running it as a script: on Python 3.11 the fork
+    server does not preload the main script, every worker runs it again, and its imports would
+    count in aioload's figures. Without a main script they are aioload's own start.
+    """
+    folder, name = os.path.split(os.path.abspath(__file__))
+    module = os.path.splitext(name)[0]
+    code = (
+        f"import sys; sys.path.insert(0, {folder!r}); import {module}; "
+        f"{module}.first_batch_child({loaders})"
+    )
     child = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--cold-child"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )
     if child.returncode != 0:
-        raise RuntimeError(f"the cold-start process failed:\n{child.stderr}")
+        raise RuntimeError(f"the first-batch process failed:\n{child.stderr}")
     result = json.loads(child.stdout.splitlines()[-1])
     if "missing" in result:
         raise NotImplementedError(result["missing"])
-    seconds: float = result["seconds"]
+    seconds: list[float] = result["seconds"]
     return seconds
 
 
 def first_batch(torch_data: Any, repeat: int, checks: list[Check]) -> None:
     """Measurement 4."""
-    dataset = Rows(FIRST_BATCH_ROWS)
     torch_name = "torch, fresh loader (fork)"
-    timers: dict[str, Callable[[], float]] = {}
-    if torch_data is not None:
-        timers[torch_name] = lambda: first_batch_seconds(first_batch_loader(dataset, torch_data))
-    timers["aioload, first loader of a process (cold)"] = cold_first_batch
-    timers["aioload, later fresh loaders (warm)"] = lambda: first_batch_seconds(
-        first_batch_loader(dataset)
-    )
+    cold_name = "aioload, first loader of a process (cold)"
+    warm_name = "aioload, later fresh loaders (warm)"
+    times: dict[str, list[float]] = {torch_name: [], cold_name: [], warm_name: []}
     missing: dict[str, str] = {}
-    times: dict[str, list[float]] = {name: [] for name in timers}
-    for rep in range(-1, repeat):
-        for name, timer in timers.items():
-            if name in missing or (rep < 0 and "cold" in name):
-                continue
+    dataset = rows()
+    if torch_data is None:
+        del times[torch_name]
+    else:
+        first_batch_seconds(first_batch_loader(dataset, torch_data))  # untimed
+    for _ in range(repeat):
+        if torch_data is not None:
+            for _ in range(WARM_LOADERS):
+                times[torch_name].append(
+                    first_batch_seconds(first_batch_loader(dataset, torch_data))
+                )
+        if not missing:
             try:
-                seconds = timer()
+                cold, *later = aioload_first_batches(1 + WARM_LOADERS)
             except NotImplementedError as error:
-                missing[name] = str(error)
-                del times[name]
+                missing = {cold_name: str(error), warm_name: str(error)}
+                del times[cold_name], times[warm_name]
             else:
-                if rep >= 0:  # rep -1 is untimed: it starts aioload's forkserver
-                    times[name].append(seconds)
+                times[cold_name].append(cold)
+                times[warm_name] += later
     measured = Measured({name: Rates(values) for name, values in times.items()}, missing)
 
     print(
@@ -846,44 +884,37 @@ def first_batch(torch_data: Any, repeat: int, checks: list[Check]) -> None:
     print(f"   batch {FIRST_BATCH_SIZE}, default collate_fn; from iter(loader) to the first batch")
     print_table(
         measured,
-        list(timers),
+        [torch_name, cold_name, warm_name],
         "ms",
         1e3,
         ".1f",
-        ratios={"x torch": {name: torch_name for name in timers if name != torch_name}},
+        ratios={"x torch": {cold_name: torch_name, warm_name: torch_name}},
     )
     torch_ms = scaled(measured.median(torch_name), 1e3)
-    warm = Check(
+    warm_check = Check(
         "4. first batch, fresh loader, warm",
         "ms",
-        scaled(measured.median("aioload, later fresh loaders (warm)"), 1e3),
+        scaled(measured.median(warm_name), 1e3),
         torch_ms,
         "torch, fork",
         1.5,
         at_most=True,
         fmt=".1f",
     )
-    warm.report()
-    cold = Check(
+    warm_check.report()
+    cold_check = Check(
         "4. first batch, first loader of a process (cold)",
         "ms",
-        scaled(measured.median("aioload, first loader of a process (cold)"), 1e3),
+        scaled(measured.median(cold_name), 1e3),
         torch_ms,
         "torch, fork",
         fmt=".1f",
     )
-    checks += [warm, cold]
+    checks += [warm_check, cold_check]
     report_missing(measured)
 
 
 # -- main --------------------------------------------------------------------
-
-
-def optional(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
 
 
 def version(package: str) -> str:
@@ -897,14 +928,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs: a smoke run")
     parser.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
-    parser.add_argument("--cold-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--only",
+        choices=["cpu", "big", "http", "first"],
+        action="append",
+        help="run only these measurements (repeatable; default: all)",
+    )
     args = parser.parse_args()
-    if args.cold_child:
-        cold_child()
-        return
+    only = set(args.only or ["cpu", "big", "http", "first"])
     repeat = args.repeat or (1 if args.quick else 5)
     # Seconds per timed run: CPU-bound and big batches, then the HTTP case (slower batches).
-    cpu_duration, http_duration = (0.3, 0.6) if args.quick else (1.0, 1.5)
+    cpu_duration, http_duration = (0.3, 0.6) if args.quick else (0.8, 1.2)
 
     torch_data = optional("torch.utils.data")
     # torch finds 16 workers too many for a small machine; measurement 3 wants them anyway.
@@ -918,13 +952,17 @@ def main() -> None:
     print(f"medians of {repeat} repetitions{' (--quick: smoke run, not figures)' * args.quick}")
     sys.stdout.flush()
     checks: list[Check] = []
-    cpu_bound(torch_data, repeat, cpu_duration, checks)
-    sys.stdout.flush()
-    big_batches(torch_data, repeat, cpu_duration, checks)
-    sys.stdout.flush()
-    latency_bound(torch_data, repeat, http_duration, checks)
-    sys.stdout.flush()
-    first_batch(torch_data, repeat, checks)
+    if "cpu" in only:
+        cpu_bound(torch_data, repeat, cpu_duration, checks)
+        sys.stdout.flush()
+    if "big" in only:
+        big_batches(torch_data, repeat, cpu_duration, checks)
+        sys.stdout.flush()
+    if "http" in only:
+        latency_bound(torch_data, repeat, http_duration, checks)
+        sys.stdout.flush()
+    if "first" in only:
+        first_batch(torch_data, repeat, checks)
 
     print("\nSummary (medians; ratio = aioload / reference):\n")
     print("| measurement | unit | aioload | reference | ratio | target | result |")

@@ -531,3 +531,35 @@ def test_batches_from_workers_are_pinned_in_the_pin_thread() -> None:
     batches = list(loader)
     assert flat([b["y"] for b in batches]) == [i * i for i in range(8)]
     assert all(b["x"].ctypes.data % mmap.PAGESIZE == 0 for b in batches)
+
+
+class GrowingItems(aioload.Dataset):
+    """Samples whose size grows with the key: each batch outgrows the last one's segment."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        size = 1024 << index
+        return {
+            "a": np.full(size, index, dtype=np.uint8),
+            "b": np.full(size // 2, index, dtype=np.uint16),
+            "label": index,
+        }
+
+
+def stack_myself(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    return {key: np.stack([s[key] for s in samples]) for key in samples[0]}
+
+
+@pytest.mark.parametrize("collate_fn", [None, stack_myself])
+def test_batches_of_changing_sizes_and_layouts_arrive_intact(collate_fn: Any) -> None:
+    # default_collate stacks into shared memory; a custom collate_fn's arrays are copied there.
+    loader = DataLoader(GrowingItems(), batch_size=1, num_workers=1, collate_fn=collate_fn)
+    for epoch in range(2):
+        for index, batch in enumerate(loader):
+            assert batch["a"].shape == (1, 1024 << index)
+            assert batch["b"].dtype == np.uint16 and batch["b"].shape == (1, 512 << index)
+            assert int(batch["a"].min()) == int(batch["a"].max()) == index
+            assert int(batch["b"].min()) == int(batch["b"].max()) == index
+            assert int(np.asarray(batch["label"]).ravel()[0]) == index, epoch

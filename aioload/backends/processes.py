@@ -30,15 +30,20 @@ a short-lived thread, so the loop (possibly the caller's) never blocks.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import itertools
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.util  # before our atexit handler (see _stop_every_pool)
 import pickle
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
+from multiprocessing import forkserver, spawn
 from typing import Any, TypeVar
 
 import anyio.abc
@@ -189,6 +194,25 @@ class _Handle:
             self.reader.close()
 
 
+_live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+_exiting = False
+
+
+@atexit.register
+def _stop_every_pool() -> None:
+    """Stops every worker before multiprocessing's own exit handler joins them.
+
+    An epoch may still run in a daemon thread at exit; without this, it would
+    see its workers die under multiprocessing's exit handler and restart them.
+    Registered after ``multiprocessing.util`` is imported, so it runs before
+    that module's handler (atexit runs handlers last-in, first-out).
+    """
+    global _exiting
+    _exiting = True
+    for pool in list(_live_pools):
+        pool.shutdown()
+
+
 class WorkerPool:
     """The worker processes of a loader (see the module docstring).
 
@@ -221,6 +245,7 @@ class WorkerPool:
         self._free = threading.Event()
         self._free.set()
         self._close_requested = False
+        _live_pools.add(self)
 
     def _new_handle(self, worker_id: int) -> _Handle:
         handle = _Handle(worker_id)
@@ -229,10 +254,13 @@ class WorkerPool:
 
     def replace(self, handle: _Handle) -> _Handle:
         """A fresh, not yet started handle for ``handle``'s worker id (the old one is closed)."""
-        self._retire(handle)
-        new = self._new_handle(handle.id)
-        self.workers[handle.id] = new
-        return new
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("the DataLoader's worker pool is closed")
+            self._retire(handle)
+            new = self._new_handle(handle.id)
+            self.workers[handle.id] = new
+            return new
 
     def start(self, handles: list[_Handle]) -> None:
         """Starts the processes of ``handles`` (blocking: call it in a thread)."""
@@ -603,9 +631,9 @@ class ProcessBackend:
         held = self._held[handle.id]
         reader = handle.reader
         assert reader is not None
-        for kind, epoch, seq, segment, size, fd in results:
+        for kind, epoch, seq, segment, size, layout_at, fd in results:
             if kind == Result.START_FAILED:
-                self._fail(self._rebuild_error(handle, reader.read(segment, size, fd)))
+                self._fail(self._rebuild_error(handle, reader.read(segment, size, layout_at, fd)))
                 continue
             if epoch != self._epoch or seq not in held or self._failed:
                 if segment >= 0:
@@ -617,7 +645,7 @@ class ProcessBackend:
                 self._complete(seq, exhausted=True)
                 continue
             try:
-                payload = reader.read(segment, size, fd)
+                payload = reader.read(segment, size, layout_at, fd)
             except Exception as error:
                 error.add_note(f"raised while receiving the result of worker {handle.id}")
                 self._complete(seq, error=error)
@@ -651,8 +679,8 @@ class ProcessBackend:
 
     def _on_death(self, handle: _Handle) -> None:
         self._unwatch(handle)
-        if self._closing or self._failed or handle not in self._attached:
-            return
+        if self._closing or self._failed or handle not in self._attached or _exiting:
+            return  # at exit the workers are being stopped on purpose
         self._on_results(handle)  # what it sent before dying still counts
         self._attached.remove(handle)
         self._detach(handle)
@@ -679,7 +707,11 @@ class ProcessBackend:
             )
             return
         self._restarts += 1
-        new = self._pool.replace(handle)
+        try:
+            new = self._pool.replace(handle)
+        except RuntimeError as error:  # the pool was closed meanwhile
+            self._fail(error)
+            return
         self._attach(new)
         for seq, batch_keys in sorted(held.items()):
             self._held[new.id][seq] = batch_keys
@@ -703,14 +735,42 @@ def warm_forkserver(context: multiprocessing.context.BaseContext) -> None:
     """Starts the fork server now, with aioload's worker code preloaded, so workers start fast."""
     if context.get_start_method() != "forkserver":
         return
-    from multiprocessing import forkserver
-
     # multiprocessing has no public way to read the preload list or to ask whether
     # the server runs; only a server that is not running yet takes a preload list.
     server = getattr(forkserver, "_forkserver", None)
     if server is not None and getattr(server, "_forkserver_pid", 0) is None:
-        # Keep what is there (by default the main module, so workers do not import it again).
+        # Keep what is there (by default the main module, so workers do not run it again).
         preload = list(getattr(server, "_preload_modules", ["__main__"]))
         if "aioload.worker" not in preload:
             context.set_forkserver_preload([*preload, "aioload.worker"])
-    forkserver.ensure_running()
+        with _main_script_preloadable():
+            forkserver.ensure_running()
+    else:
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _main_script_preloadable() -> Iterator[None]:
+    """Lets the fork server preload the main script, as it means to.
+
+    ``ForkServer.ensure_running`` passes the server the preparation data's
+    ``main_path``, but ``spawn.get_preparation_data`` calls that key
+    ``init_main_from_path`` (Python 3.11 and 3.12). Without it the server never
+    imports the main script, and every worker runs it again, with all its
+    imports (torch: a second or more per worker). Other users of
+    ``get_preparation_data`` meanwhile see one more key, which ``spawn.prepare``
+    ignores.
+    """
+    original = spawn.get_preparation_data
+
+    def with_main_path(name: str) -> dict[str, Any]:
+        data: dict[str, Any] = original(name)
+        if "init_main_from_path" in data:
+            data.setdefault("main_path", data["init_main_from_path"])
+        return data
+
+    spawn.get_preparation_data = with_main_path
+    try:
+        yield
+    finally:
+        spawn.get_preparation_data = original

@@ -26,6 +26,13 @@ from aioload.datasets import (
 )
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, DataLoader
+from aioload.policy import (
+    FaultPolicy,
+    ItemTimeoutError,
+    RetryPolicy,
+    SkippedItem,
+    TooManySkippedError,
+)
 from aioload.samplers import (
     BatchSampler,
     DistributedSampler,
@@ -50,15 +57,20 @@ __all__ = [
     "Dataset",
     "DatasetProtocol",
     "DistributedSampler",
+    "FaultPolicy",
+    "ItemTimeoutError",
     "IterableDataset",
     "LoaderTimeoutError",
     "RandomSampler",
+    "RetryPolicy",
     "Sampler",
     "SequentialSampler",
+    "SkippedItem",
     "StackDataset",
     "Subset",
     "SubsetRandomSampler",
     "TensorDataset",
+    "TooManySkippedError",
     "WeightedRandomSampler",
     "WorkerCrashedError",
     "WorkerError",

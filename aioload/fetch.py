@@ -12,12 +12,20 @@ next samples of a stream) the cheapest way that protocol allows:
 - awaitable items inside a sync result (a :class:`~aioload.datasets.Subset` or
   :class:`~aioload.datasets.ConcatDataset` over async members) are resolved the
   same way.
+
+Under an active :class:`~aioload.policy.FaultPolicy` a :class:`GuardedFetcher`
+reads instead (retries, item timeouts, skips); the default path pays nothing
+for it: no wrapper coroutine and no check per item.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import AsyncIterator, Iterator, Sequence
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +36,9 @@ from aioload.datasets import (
     _is_iterable_dataset,
 )
 from aioload.eager import Done, ItemPool
+from aioload.policy import FaultPolicy, ItemTimeoutError, SkippedItem
 
-__all__ = ["DatasetProtocol", "Fetcher", "inspect_dataset"]
+__all__ = ["DatasetProtocol", "Fetcher", "GuardedFetcher", "Skip", "inspect_dataset"]
 
 
 @dataclass(frozen=True)
@@ -172,3 +181,271 @@ class Fetcher:
 async def _async_from_sync(iterator: Iterator[Any]) -> AsyncIterator[Any]:
     for sample in iterator:
         yield sample
+
+
+class Skip:
+    """Stands in a result list where ``on_error='skip'`` gave an item up."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: SkippedItem) -> None:
+        self.record = record
+
+
+# The value read (None on failure), the last error (None: success), the attempts made.
+Outcome = tuple[Any, BaseException | None, int]
+
+
+def _has_own_getitems(dataset: Any) -> bool:
+    """Whether ``dataset`` reads a batch in one call (a Subset only forwards its parent's)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return hasattr(type(dataset), "__getitems__")
+
+
+async def _resolve(samples: list[Any]) -> list[Any]:
+    """Awaits the awaitable samples of a sync ``__getitems__`` result, concurrently."""
+    pending = [i for i, sample in enumerate(samples) if inspect.isawaitable(sample)]
+    if not pending:
+        return samples
+    tasks = [asyncio.ensure_future(samples[i]) for i in pending]
+    try:
+        values = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:  # gather leaves the others running when one fails
+            task.cancel()
+        raise
+    for i, value in zip(pending, values, strict=True):
+        samples[i] = value
+    return samples
+
+
+class GuardedFetcher:
+    """Reads a map-style dataset under an active :class:`~aioload.policy.FaultPolicy`.
+
+    It has :class:`Fetcher`'s map-style methods. In their results a
+    :class:`Skip` stands where ``on_error='skip'`` gave an item up; with
+    ``on_error='raise'`` an item's last error is raised, with a note naming
+    its key and attempts.
+
+    - Items (``__getitem__``): every attempt calls ``dataset[key]`` anew. An
+      async item is awaited under ``asyncio.timeout(item_timeout)``. A sync
+      call cannot be interrupted: a sync attempt that returns after
+      ``item_timeout`` counts as failed (its result is dropped). Backoff waits
+      are ``asyncio.sleep`` for async datasets. For sync ones they block like
+      the read (the loader reads them in its fetch thread; a worker on its
+      loop) and end early when the epoch closes: the item gives up.
+    - Batches (a dataset's own ``__getitems__``): one call is one attempt for
+      the whole batch (``item_timeout`` bounds the call) and is retried whole.
+      When it fails for good with ``on_error='skip'``: after a transient error
+      (its attempts used up) every key of the batch is skipped with that error,
+      since reading them one by one would only multiply the waiting; after any
+      other error the keys are read one by one through ``__getitem__`` under
+      the same policy, to find the bad ones (a ``__getitem__`` that raises
+      ``NotImplementedError`` leaves the batch's error standing for its key).
+
+    Args:
+        fetcher: the plain fetcher of the (map-style) dataset.
+        policy: the policy.
+        worker: the worker process's id, for skip records (None: the loader's loop).
+
+    Example::
+
+        guard = GuardedFetcher(Fetcher(dataset, inspect_dataset(dataset)), policy)
+        samples = guard.fetch_sync([0, 1, 2])   # Skip markers where items were dropped
+    """
+
+    def __init__(self, fetcher: Fetcher, policy: FaultPolicy, worker: int | None = None) -> None:
+        self.protocol = fetcher.protocol
+        self._getitem: Callable[[Any], Any] = fetcher._getitem  # type: ignore[assignment]
+        self._getitems = fetcher._getitems if _has_own_getitems(fetcher.dataset) else None
+        self._retry = policy.retry
+        self._timeout = policy.item_timeout
+        self._skip = policy.on_error == "skip"
+        self._worker = worker
+        self._rng = random.Random()
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """The epoch is closing: sync reads waiting for a retry give up at once."""
+        self._closed.set()
+
+    # -- map-style reads ---------------------------------------------------
+
+    def fetch_one_sync(self, key: Any) -> Any:
+        """One sample of a sync map-style dataset, or a :class:`Skip`."""
+        value, error, attempts = self._attempts_sync(self._getitem, key, False)
+        if error is None:
+            return value
+        return self._give_up(key, error, attempts)
+
+    def fetch_sync(self, keys: Sequence[Any]) -> list[Any]:
+        """The samples for ``keys`` of a sync map-style dataset (:class:`Skip` if dropped)."""
+        if self._getitems is None:
+            one = self.fetch_one_sync
+            return [one(key) for key in keys]
+        value, error, attempts = self._attempts_sync(self._read_batch_sync, keys, True)
+        if error is None:
+            return value  # type: ignore[no-any-return]
+        if not self._skip or self._transient(error):
+            return self._batch_failed(keys, error, attempts)
+        outcomes = [self._attempts_sync(self._getitem, key, False) for key in keys]
+        return self._one_by_one(keys, outcomes, error, attempts)
+
+    def fetch(self, keys: Sequence[Any], pool: ItemPool, done: Done) -> None:
+        """Reads ``keys`` on the running loop through ``pool``; ``done(samples, error)``."""
+        if self._getitems is None:
+            item = self._item
+            pool.submit([item(key) for key in keys], done)
+            return
+
+        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+            done(None if results is None else results[0], error)
+
+        pool.submit([self._batch(keys)], unwrap)
+
+    def fetch_one(self, key: Any, pool: ItemPool, done: Done) -> None:
+        """Reads one sample (automatic batching off); ``done(sample or Skip, error)``."""
+
+        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+            done(None if results is None else results[0], error)
+
+        pool.submit([self._item(key)], unwrap)
+
+    # -- attempts ------------------------------------------------------------
+
+    def _attempts_sync(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Outcome:
+        timeout = self._timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if timeout is None:
+                    return read(arg), None, attempt
+                start = time.monotonic()
+                value = read(arg)
+                if time.monotonic() - start > timeout:
+                    raise ItemTimeoutError(
+                        f"reading {_describe(arg, batched)} took longer than "
+                        f"item_timeout={timeout} s (a sync read cannot be interrupted: "
+                        "its result was dropped)"
+                    )
+                return value, None, attempt
+            except Exception as error:
+                # Event.wait is the backoff: close() ends it, and the item gives up.
+                if not self._again(error, attempt) or self._closed.wait(self._delay(attempt)):
+                    return None, error, attempt
+
+    async def _attempts_async(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Outcome:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._attempt(read, arg, batched), None, attempt
+            except Exception as error:
+                if not self._again(error, attempt):
+                    return None, error, attempt
+            await asyncio.sleep(self._delay(attempt))
+
+    async def _attempt(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Any:
+        timeout = self._timeout
+        if timeout is None:
+            value = read(arg)
+            return await value if inspect.isawaitable(value) else value
+        scope = asyncio.timeout(timeout)
+        try:
+            async with scope:
+                value = read(arg)
+                return await value if inspect.isawaitable(value) else value
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the dataset's own TimeoutError
+            raise ItemTimeoutError(
+                f"reading {_describe(arg, batched)} took longer than item_timeout={timeout} s"
+            ) from None
+
+    def _read_batch_sync(self, keys: Sequence[Any]) -> list[Any]:
+        return list(self._getitems(keys))  # type: ignore[misc]
+
+    async def _read_batch_async(self, keys: Sequence[Any]) -> list[Any]:
+        result = self._getitems(keys)  # type: ignore[misc]
+        if inspect.isawaitable(result):
+            result = await result
+        return await _resolve(list(result))
+
+    async def _item(self, key: Any) -> Any:
+        value, error, attempts = await self._attempts_async(self._getitem, key, False)
+        if error is None:
+            return value
+        return self._give_up(key, error, attempts)
+
+    async def _batch(self, keys: Sequence[Any]) -> list[Any]:
+        value, error, attempts = await self._attempts_async(self._read_batch_async, keys, True)
+        if error is None:
+            return value  # type: ignore[no-any-return]
+        if not self._skip or self._transient(error):
+            return self._batch_failed(keys, error, attempts)
+        # Fallback reads run outside the pool's limit: they are one batch's keys at most.
+        outcomes = await asyncio.gather(
+            *(self._attempts_async(self._getitem, key, False) for key in keys)
+        )
+        return self._one_by_one(keys, outcomes, error, attempts)
+
+    # -- decisions -------------------------------------------------------------
+
+    def _transient(self, error: BaseException) -> bool:
+        return self._retry is not None and self._retry.retries(error)
+
+    def _again(self, error: BaseException, attempt: int) -> bool:
+        """Whether the ``attempt``-th attempt, failed with ``error``, is followed by another."""
+        retry = self._retry
+        return (
+            retry is not None
+            and attempt < retry.attempts
+            and retry.retries(error)
+            and not self._closed.is_set()
+        )
+
+    def _delay(self, attempt: int) -> float:
+        assert self._retry is not None
+        return self._retry.delay(attempt, self._rng)
+
+    def _give_up(self, key: Any, error: BaseException, attempts: int) -> Skip:
+        """An item's last attempt failed: its :class:`Skip`, or ``error`` raised."""
+        if not self._skip:
+            raise _noted(error, key, False, attempts)
+        return Skip(SkippedItem.from_error(key, error, attempts, self._worker))
+
+    def _batch_failed(self, keys: Sequence[Any], error: BaseException, attempts: int) -> list[Any]:
+        """A ``__getitems__`` call failed for good: ``error`` raised, or every key skipped."""
+        if not self._skip:
+            raise _noted(error, keys, True, attempts)
+        return [Skip(SkippedItem.from_error(k, error, attempts, self._worker)) for k in keys]
+
+    def _one_by_one(
+        self,
+        keys: Sequence[Any],
+        outcomes: Sequence[Outcome],
+        batch_error: BaseException,
+        batch_attempts: int,
+    ) -> list[Any]:
+        """The samples of a failed ``__getitems__`` call's keys, read one by one."""
+        results = []
+        for key, (value, error, attempts) in zip(keys, outcomes, strict=True):
+            if error is None:
+                results.append(value)
+            elif isinstance(error, NotImplementedError):
+                results.append(self._give_up(key, batch_error, batch_attempts))
+            else:
+                results.append(self._give_up(key, error, attempts))
+        return results
+
+
+def _describe(arg: Any, batched: bool) -> str:
+    return f"keys {list(arg)!r} (one __getitems__ call)" if batched else f"key {arg!r}"
+
+
+def _noted(error: BaseException, arg: Any, batched: bool, attempts: int) -> BaseException:
+    tries = "" if attempts == 1 else f", the last of {attempts} attempts"
+    error.add_note(f"raised while reading {_describe(arg, batched)}{tries}")
+    return error

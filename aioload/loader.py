@@ -9,7 +9,7 @@ import multiprocessing
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio.abc
 import numpy as np
@@ -21,6 +21,7 @@ from aioload.collate import default_collate, default_convert
 from aioload.fetch import Fetcher, inspect_dataset
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
+from aioload.policy import FaultPolicy, RetryPolicy, SkipLog, SkippedItem
 from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
 from aioload.scheduler import BackendFactory, Epoch
 from aioload.worker import WorkerSetup
@@ -40,6 +41,11 @@ _FROZEN_AFTER_INIT = (
     "drop_last",
     "dataset",
     "persistent_workers",
+    # The fault policy is settled at construction (and sent to persistent workers).
+    "retry",
+    "item_timeout",
+    "on_error",
+    "max_skipped",
 )
 
 
@@ -116,6 +122,41 @@ class DataLoader:
             :data:`DEFAULT_MAX_WORKER_RESTARTS` = 3) the epoch fails with
             :class:`~aioload.WorkerCrashedError`. A worker of an iterable
             dataset is never restarted (its stream position died with it).
+        retry: a :class:`~aioload.RetryPolicy` — how many attempts an item
+            gets, the exponential backoff with jitter between them, and which
+            errors are transient (default ``OSError`` and ``TimeoutError``);
+            None (the default): no retries. Each attempt calls
+            ``dataset[key]`` anew; a dataset's own ``__getitems__`` call is
+            retried as a whole.
+        item_timeout: seconds one attempt at one item may take (None, the
+            default: no limit); a slower attempt fails with
+            :class:`~aioload.ItemTimeoutError` (transient under the default
+            ``retry``). An async item is cancelled at the deadline; a sync
+            ``__getitem__`` cannot be interrupted, so a sync attempt that
+            returns late counts as failed and its result is dropped. It bounds
+            a whole ``__getitems__`` call.
+        on_error: what an item that still fails (a non-transient error, or
+            its attempts used up) does: ``'raise'`` (the default, as torch)
+            fails its batch with the item's own exception; ``'skip'`` drops
+            it: the batch is collated from the items that were read (so it
+            may be smaller than ``batch_size`` whatever ``drop_last``, which
+            only concerns the sampler's last batch), a batch with nothing left
+            is not yielded (``len(loader)`` still counts the sampler's
+            batches), and each skip is logged once (logger
+            ``"aioload"``, level WARNING) and listed by :attr:`skipped`. When
+            a ``__getitems__`` call fails for good, its keys are skipped
+            together after a transient error, and read one by one through
+            ``__getitem__`` to find the bad ones after any other.
+        max_skipped: with ``on_error='skip'``, the most items one epoch may
+            skip: a count (int >= 0) or a fraction of the epoch's items (a
+            float between 0 and 1, which needs a sampler with a length). One
+            more ends the epoch with :class:`~aioload.TooManySkippedError`,
+            listing every skipped key and reason. None (the default): no limit.
+
+        The fault policy (``retry``, ``item_timeout``, ``on_error``) applies to
+        map-style datasets only — an iterable dataset's stream cannot read a
+        sample again — and runs where items are read, inside the workers when
+        ``num_workers > 0``.
 
     Example::
 
@@ -127,6 +168,12 @@ class DataLoader:
 
         # inside a coroutine:
         # async for (x,) in loader: ...
+
+        # flaky storage: retry transient errors, drop items that stay broken
+        # loader = DataLoader(remote, batch_size=64, retry=RetryPolicy(attempts=4),
+        #                     item_timeout=5.0, on_error="skip", max_skipped=0.01)
+        # for batch in loader: ...
+        # report = loader.skipped   # [SkippedItem(key=..., error_type=..., ...), ...]
     """
 
     def __init__(
@@ -151,6 +198,10 @@ class DataLoader:
         in_order: bool = True,
         concurrency: int | None = None,
         max_worker_restarts: int = DEFAULT_MAX_WORKER_RESTARTS,
+        retry: RetryPolicy | None = None,
+        item_timeout: float | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        max_skipped: int | float | None = None,
     ) -> None:
         if not isinstance(num_workers, int) or isinstance(num_workers, bool):
             raise TypeError(f"num_workers should be an int; got {num_workers!r}")
@@ -192,7 +243,15 @@ class DataLoader:
                 f"survives by restarting the worker); got {max_worker_restarts!r}"
             )
 
+        policy = FaultPolicy(retry, item_timeout, on_error, max_skipped)
+
         protocol = inspect_dataset(dataset)
+        if protocol.iterable and policy.active:
+            raise ValueError(
+                "retry, item_timeout and on_error='skip' apply to map-style datasets only: "
+                "an iterable dataset's stream cannot read a sample again; leave them at "
+                "their defaults (retry=None, item_timeout=None, on_error='raise')"
+            )
         if protocol.iterable:
             if shuffle not in {False, None}:
                 raise ValueError(
@@ -262,6 +321,13 @@ class DataLoader:
         self.in_order = in_order
         self.concurrency = concurrency
         self.max_worker_restarts = max_worker_restarts
+        self.retry = retry
+        self.item_timeout = item_timeout
+        self.on_error = on_error
+        self.max_skipped = max_skipped
+        # None keeps the default path free of any fault-policy machinery.
+        self._policy = policy if policy.active else None
+        self._skip_log: SkipLog | None = None  # the latest epoch's skips
         self._protocol = protocol
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
@@ -272,6 +338,11 @@ class DataLoader:
         self._pool: WorkerPool | None = None  # the persistent workers, once started
         self._pool_lock = threading.Lock()
         self._epochs = itertools.count()
+        if isinstance(max_skipped, float) and self._epoch_items() is None:
+            raise ValueError(
+                f"max_skipped={max_skipped!r} is a fraction of the epoch's items, but the "
+                "sampler has no length; give a count (an int) instead"
+            )
         self.__initialized = True
 
     def __setattr__(self, attr: str, value: Any) -> None:
@@ -318,6 +389,40 @@ class DataLoader:
             return int(length)
         return len(self._index_sampler)
 
+    @property
+    def skipped(self) -> list[SkippedItem]:
+        """The items the latest epoch skipped (``on_error='skip'``), with why.
+
+        Read it after the epoch (for a report) or during it; a new iteration
+        starts a new list. Each :class:`~aioload.SkippedItem` has the key, the
+        last error's type and message, the attempts made and the worker.
+
+        Example::
+
+            for batch in loader:
+                ...
+            for item in loader.skipped:
+                print(item)   # key 17: builtins.OSError: connection reset (3 attempts)
+        """
+        log = self._skip_log
+        return [] if log is None else log.items
+
+    def _epoch_items(self) -> int | None:
+        """How many items an epoch asks for, when the samplers tell (None: unknown)."""
+        try:
+            if self.batch_sampler is None:
+                return len(self.sampler)
+            sampler = getattr(self.batch_sampler, "sampler", None)
+            batch_size = getattr(self.batch_sampler, "batch_size", None)
+            if sampler is None or not isinstance(batch_size, int) or batch_size < 1:
+                return None
+            items = len(sampler)
+        except TypeError:
+            return None
+        if getattr(self.batch_sampler, "drop_last", False):
+            items -= items % batch_size
+        return items
+
     def __iter__(self) -> SyncBatchIterator:
         try:
             asyncio.get_running_loop()
@@ -346,6 +451,11 @@ class DataLoader:
         # Without a generator every epoch gets fresh entropy, like the samplers.
         rng = self.generator if self.generator is not None else np.random.default_rng()
         base_seed = int(rng.integers(1 << 62))
+        policy = self._policy
+        skips = None
+        if policy is not None and policy.on_error == "skip":
+            skips = SkipLog(policy.skip_limit(self._epoch_items()), policy.max_skipped)
+        self._skip_log = skips
         make_backend: BackendFactory
         if self.num_workers > 0:
             make_backend = self._process_backend_factory(base_seed)
@@ -361,9 +471,13 @@ class DataLoader:
                     batch_size=batch_size,
                     drop_last=self.drop_last,
                     concurrency=self.concurrency,
-                    offload_sync=offload_sync,
+                    # Under the sync facade too, a sync read that retries runs in a
+                    # thread: its backoff waits then never hold up the loop, and
+                    # closing the epoch cuts them short.
+                    offload_sync=offload_sync or (policy is not None and policy.retry is not None),
                     task_group=task_group,
                     complete=complete,
+                    policy=policy,
                 )
 
         return Epoch(
@@ -374,6 +488,7 @@ class DataLoader:
             output=output,
             loop=loop,
             pin=self._pinner() if self.pin_memory else None,
+            skips=skips,
         )
 
     def _process_backend_factory(self, base_seed: int) -> BackendFactory:
@@ -409,6 +524,7 @@ class DataLoader:
             drop_last=self.drop_last,
             concurrency=self.concurrency,
             num_workers=self.num_workers,
+            policy=self._policy,
         )
         pool = WorkerPool(
             setup,

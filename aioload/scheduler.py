@@ -12,6 +12,13 @@ Reorder: with ``in_order=True`` finished batches wait in a dict keyed by
 sequence number until every earlier one has gone out (the dict is bounded by
 the window); with ``in_order=False`` they go out as they finish.
 
+Skips: under ``on_error='skip'`` a completion carries the items its batch
+dropped; the epoch records them in its :class:`~aioload.policy.SkipLog` (which
+logs each once) as they arrive, and ends with the log's
+:class:`~aioload.policy.TooManySkippedError` once past ``max_skipped``. A
+batch whose every item was dropped completes with nothing to deliver, like a
+request past the end of a stream.
+
 Lifecycle: the driver runs inside an anyio task group that owns every task the
 backend starts, and the pin thread when pinning. It returns after the end
 marker has been delivered; :meth:`Epoch.cancel` (the consumer's ``aclose()``,
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -32,6 +39,7 @@ import anyio.abc
 from aioload.backends.base import Backend, Completion
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pin_stage import PinThread
+from aioload.policy import SkipLog, SkippedItem
 
 __all__ = ["Epoch", "LoaderTimeoutError", "Window"]
 
@@ -101,6 +109,7 @@ class Epoch:
         in_order: yield by sequence number rather than as finished.
         output: where deliveries go.
         pin: when given, each batch is passed through it in a dedicated thread.
+        skips: where the items dropped under ``on_error='skip'`` are recorded.
     """
 
     def __init__(
@@ -113,6 +122,7 @@ class Epoch:
         output: LoopOutput | ThreadOutput,
         loop: asyncio.AbstractEventLoop,
         pin: Callable[[Any], Any] | None = None,
+        skips: SkipLog | None = None,
     ) -> None:
         self._batches = batches
         self._make_backend = make_backend
@@ -120,6 +130,7 @@ class Epoch:
         self._in_order = in_order
         self._output = output
         self._pin = pin
+        self._skips = skips
         self._pending: dict[int, Any] = {}
         self._ready: dict[int, Delivery | None] = {}
         self._next_out = 0
@@ -234,6 +245,7 @@ class Epoch:
         batch: Any = None,
         error: BaseException | None = None,
         exhausted: bool = False,
+        skipped: Sequence[SkippedItem] = (),
     ) -> None:
         if seq < 0:
             self._fail(error)
@@ -241,6 +253,12 @@ class Epoch:
         keys = self._pending.pop(seq)
         if self._finished:
             return  # the epoch failed: nobody waits for this batch any more
+        if skipped:
+            assert self._skips is not None, "a backend skipped items without on_error='skip'"
+            too_many = self._skips.record(seq, skipped)
+            if too_many is not None:
+                self._fail(too_many)
+                return
         delivery: Delivery | None
         if exhausted:
             delivery = None

@@ -9,6 +9,10 @@ many fetches are in flight at once (an async dataset's items up to
 (:mod:`aioload.transport`) as soon as they are ready, in any order, and the
 loader puts them back in order.
 
+Under a fault policy the worker's inline backend retries, times out and skips
+items itself; the items it skipped go back with their batch in a
+:class:`SkippedBatch`, so the loader counts every worker's skips.
+
 Each epoch is a scope of its own in the worker: a command of a new epoch
 cancels whatever the previous one still had in flight. Iterable datasets are
 iterated afresh each epoch, batched here, with ``drop_last`` applied per
@@ -30,7 +34,7 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +48,18 @@ from aioload.backends.inline import InlineBackend
 from aioload.collate import collate_into
 from aioload.fetch import Fetcher, inspect_dataset
 from aioload.iteration import new_event_loop
+from aioload.policy import FaultPolicy, SkippedItem
 from aioload.transport import Arena, SegmentWriter
 from aioload.wire import FRAME_LENGTH, NO_EPOCH, Command, Result, send_result
 
-__all__ = ["ErrorReport", "WorkerInfo", "WorkerSetup", "get_worker_info", "worker_main"]
+__all__ = [
+    "ErrorReport",
+    "SkippedBatch",
+    "WorkerInfo",
+    "WorkerSetup",
+    "get_worker_info",
+    "worker_main",
+]
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,7 @@ class WorkerSetup:
         drop_last: drop each worker's last incomplete batch (iterable datasets).
         concurrency: the most item fetches in flight on the worker's loop.
         num_workers: how many workers the loader has.
+        policy: the loader's fault policy (None: torch's behaviour).
     """
 
     dataset: Any
@@ -112,6 +125,7 @@ class WorkerSetup:
     drop_last: bool
     concurrency: int
     num_workers: int
+    policy: FaultPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -119,24 +133,40 @@ class ErrorReport:
     """A worker's exception on its way to the loader.
 
     ``error`` is the pickled exception, or None when it cannot be pickled; the
-    type name, message and formatted traceback always cross.
+    type name, message and formatted traceback always cross. ``skipped``: the
+    items the fault policy dropped from the failed batch before it failed.
     """
 
     error: bytes | None
     type_name: str
     message: str
     traceback: str
+    skipped: tuple[SkippedItem, ...] = ()
 
 
-def report(error: BaseException) -> ErrorReport:
-    """Packs ``error`` (and its traceback as text) for the loader."""
+@dataclass(frozen=True)
+class SkippedBatch:
+    """A batch on its way to the loader with the items the fault policy dropped from it.
+
+    ``batch`` is None when every item was dropped (``empty``): nothing to deliver.
+    """
+
+    batch: Any
+    skipped: tuple[SkippedItem, ...]
+    empty: bool
+
+
+def report(error: BaseException, skipped: Sequence[SkippedItem] = ()) -> ErrorReport:
+    """Packs ``error`` (its traceback as text, and the batch's skips) for the loader."""
     text = "".join(traceback.format_exception(error))
     try:
         pickled: bytes | None = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         pickled = None
     kind = type(error)
-    return ErrorReport(pickled, f"{kind.__module__}.{kind.__qualname__}", str(error), text)
+    return ErrorReport(
+        pickled, f"{kind.__module__}.{kind.__qualname__}", str(error), text, tuple(skipped)
+    )
 
 
 def seed_generators(seed: int) -> None:
@@ -295,9 +325,13 @@ class _Worker:
                     batch_size=setup.batch_size,
                     drop_last=setup.drop_last,
                     concurrency=setup.concurrency,
-                    offload_sync=False,  # this loop has nothing else to do
+                    # This loop has nothing else to do (a sync read's retry waits
+                    # block it like the read itself; the collate must stay on it).
+                    offload_sync=False,
                     task_group=tg,
                     complete=functools.partial(self._complete, epoch),
+                    policy=setup.policy,
+                    worker_id=None if _worker_info is None else _worker_info.id,
                 )
                 task_status.started((scope, backend))
                 try:
@@ -323,19 +357,28 @@ class _Worker:
         batch: Any = None,
         error: BaseException | None = None,
         exhausted: bool = False,
+        skipped: Sequence[SkippedItem] = (),
     ) -> None:
         if epoch != self._epoch:
             if isinstance(batch, _InArena):
                 batch.arena.release()
             return  # finished after its epoch was cancelled: nobody waits for it
         try:
+            if exhausted and skipped:
+                # Every item was skipped: not the end of a stream, so no EXHAUSTED.
+                written = self._writer.write(SkippedBatch(None, tuple(skipped), True))
+                send_result(self._results, Result.BATCH, epoch, seq, written)
+                return
             if exhausted:
                 send_result(self._results, Result.EXHAUSTED, epoch, seq, None)
                 return
             if error is None:
                 assert isinstance(batch, _InArena)
+                payload = batch.batch
+                if skipped:  # the dropped items ride with their batch
+                    payload = SkippedBatch(payload, tuple(skipped), False)
                 try:
-                    written = self._writer.write(batch.batch, batch.arena)
+                    written = self._writer.write(payload, batch.arena)
                 except Exception as pickling_error:
                     batch.arena.release()
                     pickling_error.add_note("raised while sending the batch to the loader")
@@ -343,7 +386,7 @@ class _Worker:
                 else:
                     send_result(self._results, Result.BATCH, epoch, seq, written)
                     return
-            written = self._writer.write(report(error))
+            written = self._writer.write(report(error, skipped))
             send_result(self._results, Result.ERROR, epoch, seq, written)
         except OSError:
             # The loader closed the result socket: it is gone, so is our purpose.

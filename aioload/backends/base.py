@@ -12,6 +12,13 @@ automatic batching is off). For an iterable dataset ``keys`` is None and means
 ``exhausted=True`` and the scheduler stops asking once :attr:`Backend.exhausted`
 is set.
 
+Under a fault policy with ``on_error='skip'`` a completion also carries the
+items its batch dropped (``skipped``, :class:`~aioload.policy.SkippedItem`
+records); the batch holds the items that were read, and a batch whose every
+item was dropped completes with ``exhausted=True``: there is nothing to
+deliver for its sequence number (a map-style backend is never exhausted
+otherwise). The scheduler records the skips, whatever the batch's outcome.
+
 A backend that cannot go on at all (its worker processes cannot start, a
 worker died past its restart limit) reports ``seq=-1`` with the error: the
 scheduler delivers it to the consumer and ends the epoch.
@@ -19,13 +26,20 @@ scheduler delivers it to the consumer and ends the epoch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
+
+from aioload.policy import SkippedItem
 
 __all__ = ["Backend", "Completion"]
 
 
 class Completion(Protocol):
-    """Called once per submitted batch with its result, its error, or exhaustion."""
+    """Called once per submitted batch with its result, its error, or exhaustion.
+
+    ``skipped``: the items the fault policy dropped from the batch (see the
+    module docstring).
+    """
 
     def __call__(
         self,
@@ -33,6 +47,7 @@ class Completion(Protocol):
         batch: Any = None,
         error: BaseException | None = None,
         exhausted: bool = False,
+        skipped: Sequence[SkippedItem] = (),
     ) -> None: ...
 
 

@@ -11,6 +11,11 @@
   cheaper than a thread hop.
 - ``collate_fn`` runs where the fetch ran.
 - Iterable datasets are read in order, one batch after the other.
+- Under an active fault policy (map-style only) a
+  :class:`~aioload.fetch.GuardedFetcher` reads instead of the plain fetcher:
+  items it skipped travel with their batch's completion (``skipped=``), a
+  batch whose every item was skipped completes with nothing to deliver.
+  Without a policy none of this is on the path.
 """
 
 from __future__ import annotations
@@ -18,18 +23,28 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio.abc
 
 from aioload.backends.base import Completion
 from aioload.eager import ItemPool
-from aioload.fetch import Fetcher
+from aioload.fetch import Fetcher, GuardedFetcher, Skip
+from aioload.policy import FaultPolicy, SkippedItem
 
 __all__ = ["InlineBackend"]
 
 _THREADS_FOR_THREAD_SAFE = 8
 _END = object()  # a stream ran dry (StopIteration cannot cross a thread's future)
+_NOTHING = object()  # every item of a batch was skipped
+
+
+class _Partial(NamedTuple):
+    """A guarded read's result: the batch (or ``_NOTHING``), its skips, or the collate error."""
+
+    batch: Any
+    skipped: list[SkippedItem]
+    error: BaseException | None
 
 
 class InlineBackend:
@@ -46,6 +61,9 @@ class InlineBackend:
         offload_sync: read sync datasets in a thread (the loop is the caller's).
         task_group: the epoch's scope; every task this backend starts lives in it.
         complete: where results go.
+        policy: the fault policy of a map-style dataset (None or inactive:
+            torch's behaviour, the first error fails the batch).
+        worker_id: the worker process this backend runs in, for skip records.
     """
 
     def __init__(
@@ -59,6 +77,8 @@ class InlineBackend:
         offload_sync: bool,
         task_group: anyio.abc.TaskGroup,
         complete: Completion,
+        policy: FaultPolicy | None = None,
+        worker_id: int | None = None,
     ) -> None:
         self._fetcher = fetcher
         self._collate = collate_fn
@@ -69,6 +89,9 @@ class InlineBackend:
         self._exhausted = False
         protocol = fetcher.protocol
         self._is_async = protocol.is_async
+        self._guard: GuardedFetcher | None = None
+        if policy is not None and policy.active and not protocol.iterable:
+            self._guard = GuardedFetcher(fetcher, policy, worker_id)
         self._offload = offload_sync and not protocol.is_async
         self._pool = ItemPool(concurrency)
         self._loop = asyncio.get_running_loop()
@@ -89,6 +112,13 @@ class InlineBackend:
             else:
                 self._sync_stream = fetcher.stream_sync()
             self._submit: Callable[[int, Any], None] = self._submit_stream
+        elif self._guard is not None:
+            if self._is_async:
+                self._submit = self._submit_guarded_async
+            elif self._offload:
+                self._submit = self._submit_guarded_threaded
+            else:
+                self._submit = self._submit_guarded_now
         elif self._is_async:
             self._submit = self._submit_async
         elif self._offload:
@@ -104,6 +134,8 @@ class InlineBackend:
         self._submit(seq, keys)
 
     async def aclose(self) -> None:
+        if self._guard is not None:
+            self._guard.close()  # sync reads waiting to retry give up now
         await self._pool.aclose()
         stream = self._async_stream
         if stream is not None and hasattr(stream, "aclose"):
@@ -145,6 +177,8 @@ class InlineBackend:
             self._complete(seq, error=error)
         elif self._fetcher.protocol.iterable:
             self._deliver_stream_batch(seq, future.result())
+        elif self._guard is not None:
+            self._deliver_guarded(seq, future.result())
         else:
             self._complete(seq, future.result())
 
@@ -185,6 +219,69 @@ class InlineBackend:
                 self._fetcher.fetch(keys, self._pool, done)
         except Exception as error:  # __getitem__ itself raised before returning a coroutine
             self._complete(seq, error=error)
+
+    # -- map-style under a fault policy -------------------------------------
+
+    def _single(self, keys: Any) -> bool:
+        """Whether ``keys`` is one key (automatic batching off)."""
+        return self._batch_size is None and not isinstance(keys, list)
+
+    def _read_guarded_sync(self, keys: Any) -> _Partial:
+        guard = self._guard
+        assert guard is not None
+        if self._single(keys):
+            return self._collate_kept([guard.fetch_one_sync(keys)], single=True)
+        return self._collate_kept(guard.fetch_sync(keys), single=False)
+
+    def _collate_kept(self, results: list[Any], single: bool) -> _Partial:
+        """Collates the samples that were not skipped (where the read ran)."""
+        skipped = [result.record for result in results if type(result) is Skip]
+        if skipped:
+            results = [result for result in results if type(result) is not Skip]
+            if not results:
+                return _Partial(_NOTHING, skipped, None)
+        try:
+            batch = self._collate(results[0] if single else results)
+        except Exception as error:
+            return _Partial(None, skipped, error)
+        return _Partial(batch, skipped, None)
+
+    def _deliver_guarded(self, seq: int, partial: _Partial) -> None:
+        if partial.error is not None:
+            self._complete(seq, error=partial.error, skipped=partial.skipped)
+        elif partial.batch is _NOTHING:
+            self._complete(seq, exhausted=True, skipped=partial.skipped)
+        else:
+            self._complete(seq, partial.batch, skipped=partial.skipped)
+
+    def _submit_guarded_now(self, seq: int, keys: Any) -> None:
+        try:
+            partial = self._read_guarded_sync(keys)
+        except Exception as error:  # on_error='raise': the item's error
+            self._complete(seq, error=error)
+        else:
+            self._deliver_guarded(seq, partial)
+
+    def _submit_guarded_threaded(self, seq: int, keys: Any) -> None:
+        self._in_thread_call(seq, self._read_guarded_sync, keys)
+
+    def _submit_guarded_async(self, seq: int, keys: Any) -> None:
+        guard = self._guard
+        assert guard is not None
+        single = self._single(keys)
+
+        def done(samples: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self._complete(seq, error=error)
+            else:
+                self._deliver_guarded(
+                    seq, self._collate_kept([samples] if single else samples, single)
+                )
+
+        if single:
+            guard.fetch_one(keys, self._pool, done)
+        else:
+            guard.fetch(keys, self._pool, done)
 
     # -- iterable --------------------------------------------------------
 

@@ -57,7 +57,7 @@ from aioload.wire import (
     receive_results,
     result_socket_pair,
 )
-from aioload.worker import ErrorReport, WorkerSetup, worker_main
+from aioload.worker import ErrorReport, SkippedBatch, WorkerSetup, worker_main
 
 __all__ = ["ProcessBackend", "WorkerCrashedError", "WorkerError", "WorkerPool"]
 
@@ -141,7 +141,7 @@ def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
         return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:
         found = None
-        for name in ("dataset", "collate_fn", "worker_init_fn"):
+        for name in ("dataset", "collate_fn", "worker_init_fn", "policy"):
             found = _unpicklable_part(getattr(setup, name), name)
             if found is not None:
                 break
@@ -650,10 +650,13 @@ class ProcessBackend:
                 error.add_note(f"raised while receiving the result of worker {handle.id}")
                 self._complete(seq, error=error)
                 continue
-            if kind == Result.BATCH:
-                self._complete(seq, payload)
+            if kind != Result.BATCH:
+                rebuilt = self._rebuild_error(handle, payload)
+                self._complete(seq, error=rebuilt, skipped=payload.skipped)
+            elif type(payload) is SkippedBatch:  # items the fault policy dropped ride along
+                self._complete(seq, payload.batch, exhausted=payload.empty, skipped=payload.skipped)
             else:
-                self._complete(seq, error=self._rebuild_error(handle, payload))
+                self._complete(seq, payload)
 
     def _rebuild_error(self, handle: _Handle, report: ErrorReport) -> BaseException:
         error: BaseException | None = None

@@ -563,3 +563,24 @@ def test_batches_of_changing_sizes_and_layouts_arrive_intact(collate_fn: Any) ->
             assert int(batch["a"].min()) == int(batch["a"].max()) == index
             assert int(batch["b"].min()) == int(batch["b"].max()) == index
             assert int(np.asarray(batch["label"]).ravel()[0]) == index, epoch
+
+
+class DiesWhileOthersWait(aioload.Dataset):
+    """Key 0 kills its worker at once; every other key waits far longer than the test runs."""
+
+    def __len__(self) -> int:
+        return 8
+
+    async def __getitem__(self, index: int) -> int:
+        if index == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        await asyncio.sleep(60)
+        return index
+
+
+def test_a_dead_worker_is_noticed_at_once_not_after_a_timeout() -> None:
+    loader = DataLoader(DiesWhileOthersWait(), batch_size=2, num_workers=2, max_worker_restarts=0)
+    started = time.monotonic()
+    with pytest.raises(WorkerCrashedError, match=r"worker 0 .* while holding batches \[0"):
+        list(loader)
+    assert time.monotonic() - started < 10  # the other batches would wait 60 s

@@ -35,30 +35,21 @@ import itertools
 import os
 import platform
 import queue
-import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 import uvloop
+from common import Rates, optional
 
 from aioload import DataLoader
 
-
-def _optional(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
-
-torch = _optional("torch")
-torch_data = _optional("torch.utils.data")
+torch = optional("torch")
+torch_data = optional("torch.utils.data")
 
 BATCH = 64
 DELAY = 0.02  # seconds each item of the latency-bound dataset waits
@@ -182,21 +173,6 @@ def async_case(consume: Callable[[], Coroutine[Any, Any, int]]) -> Case:
         return result
 
     return run
-
-
-@dataclass
-class Rates:
-    """Units per second of one case, one value per repetition."""
-
-    values: list[float]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    def spread(self, scale: float = 1.0, fmt: str = ".0f") -> str:
-        low, high = min(self.values) * scale, max(self.values) * scale
-        return f"{low:{fmt}}..{high:{fmt}}"
 
 
 def measure(cases: dict[str, Case], repeat: int) -> dict[str, Rates]:

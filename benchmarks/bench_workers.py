@@ -43,7 +43,6 @@ import multiprocessing.connection
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -56,17 +55,9 @@ from typing import Any
 
 import numpy as np
 import uvloop
+from common import Rates, optional
 
 from aioload import ArrayDataset, DataLoader
-
-
-def optional(module: str) -> Any:
-    """The module, or None where it is not installed."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
 
 # aiohttp is imported here, as a user's script would, so that aioload's fork server preloads it
 # with this module and the workers forked from it do not import it each. Without it,
@@ -412,21 +403,6 @@ def async_throughput(make_loader: Callable[[], Any], touch: Touch) -> Case:
         return result
 
     return run
-
-
-@dataclass
-class Rates:
-    """Units per second of one case, one value per repetition."""
-
-    values: list[float]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    def spread(self, scale: float = 1.0, fmt: str = ".0f") -> str:
-        low, high = min(self.values) * scale, max(self.values) * scale
-        return f"{low:{fmt}}..{high:{fmt}}"
 
 
 @dataclass

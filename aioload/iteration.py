@@ -9,6 +9,9 @@
   :class:`~aioload.handoff.ThreadOutput`, so fetching overlaps the caller's
   compute.
 
+Both tell the epoch the sequence number of every batch the caller takes out
+(:class:`~aioload.scheduler.Progress`): what a checkpoint describes.
+
 Shutdown: leaving the loop early — ``break``, an exception in the loop body,
 ``aclose()``/``close()``, the iterator being garbage-collected, Ctrl-C — cancels
 the driver, which cancels every task of the epoch and joins its threads; the
@@ -113,10 +116,11 @@ class AsyncBatchIterator:
             delivery = output.get_nowait()
             assert delivery is not None
         if delivery is END:
+            epoch.ended()
             await self.aclose()
             raise StopAsyncIteration
         if delivery.seq >= 0:
-            epoch.release()
+            epoch.release(delivery.seq)
         if delivery.error is not None:
             # The traceback keeps this frame alive as long as the caller keeps the
             # error; it must not keep the iterator (and the running epoch) alive too.
@@ -234,10 +238,12 @@ class SyncBatchIterator:
             del self, epoch  # see AsyncBatchIterator.__anext__
             raise error
         if delivery is END:
+            if epoch is not None:
+                epoch.ended()
             self.close()
             raise StopIteration
         if delivery.seq >= 0 and epoch is not None:
-            epoch.release_threadsafe()
+            epoch.release_threadsafe(delivery.seq)
         if delivery.error is not None:
             del self, epoch  # see AsyncBatchIterator.__anext__
             raise delivery.error

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import math
 import multiprocessing
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio.abc
@@ -22,8 +24,17 @@ from aioload.fetch import Fetcher, inspect_dataset
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
 from aioload.policy import FaultPolicy, RetryPolicy, SkipLog, SkippedItem
-from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
-from aioload.scheduler import BackendFactory, Epoch
+from aioload.samplers import (
+    BatchSampler,
+    RandomSampler,
+    SequentialSampler,
+    _as_generator,
+    _check_generator_state,
+    _plain,
+    _Resumable,
+    _stateful,
+)
+from aioload.scheduler import BackendFactory, Epoch, Progress
 from aioload.worker import WorkerSetup
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_WORKER_RESTARTS", "DataLoader"]
@@ -33,6 +44,9 @@ DEFAULT_CONCURRENCY = 256
 
 DEFAULT_MAX_WORKER_RESTARTS = 3
 """Worker deaths one epoch survives (by restarting the worker) unless told otherwise."""
+
+# Bumped when the layout of DataLoader.state_dict() changes, so an old state is refused clearly.
+_STATE_VERSION = 1
 
 _FROZEN_AFTER_INIT = (
     "batch_size",
@@ -158,6 +172,19 @@ class DataLoader:
         sample again — and runs where items are read, inside the workers when
         ``num_workers > 0``.
 
+        Checkpoints: :meth:`state_dict` may be called between any two batches
+        (``for`` or ``async for``), after an epoch or before the first; it
+        returns a small JSON-serialisable dict describing what the consumer
+        has received. :meth:`load_state_dict` on a new loader built with the
+        same dataset and arguments makes its next iteration continue that
+        epoch (``in_order=True``: the same remaining batches in the same
+        order; ``in_order=False``: the same remaining samples), and the epochs
+        after it reshuffle as the original's would. Built-in samplers resume by
+        slicing; other samplers are fast-forwarded (see
+        :meth:`load_state_dict`). An iterable dataset needs its own
+        ``state_dict``/``load_state_dict`` and, for now, ``num_workers=0``. The
+        state follows the latest epoch started from this loader.
+
     Example::
 
         >>> import numpy as np
@@ -174,6 +201,11 @@ class DataLoader:
         #                     item_timeout=5.0, on_error="skip", max_skipped=0.01)
         # for batch in loader: ...
         # report = loader.skipped   # [SkippedItem(key=..., error_type=..., ...), ...]
+
+        # checkpoint mid-epoch, resume after a restart
+        # saved = json.dumps(loader.state_dict())
+        # loader = DataLoader(same_dataset, batch_size=64, shuffle=True, generator=0)
+        # loader.load_state_dict(json.loads(saved))
     """
 
     def __init__(
@@ -337,7 +369,11 @@ class DataLoader:
         self._pin_lock = threading.Lock()
         self._pool: WorkerPool | None = None  # the persistent workers, once started
         self._pool_lock = threading.Lock()
-        self._epochs = itertools.count()
+        self._epochs = itertools.count()  # numbers epochs within a worker pool
+        self._epoch = 0  # epochs started (or resumed past, after load_state_dict)
+        self._start: _EpochStart | None = None  # what replays the latest epoch's start
+        self._resume: _Resume | None = None  # loaded by load_state_dict for the next epoch
+        self._loaded: dict[str, Any] | None = None  # that state, until the next epoch starts
         if isinstance(max_skipped, float) and self._epoch_items() is None:
             raise ValueError(
                 f"max_skipped={max_skipped!r} is a fraction of the epoch's items, but the "
@@ -446,11 +482,19 @@ class DataLoader:
     ) -> Epoch:
         collate_fn = self.collate_fn
         batch_size = self.batch_size if self._auto_collation else None
+        resume, self._resume, self._loaded = self._resume, None, None
+        # A checkpoint replays this epoch's start from the generator state before the draw.
+        generator_before = (
+            None if self.generator is None else _plain(self.generator.bit_generator.state)
+        )
         # Drawn every epoch, whatever num_workers, before the sampler draws (as
         # torch does), so a seeded generator shuffles alike with or without workers.
         # Without a generator every epoch gets fresh entropy, like the samplers.
         rng = self.generator if self.generator is not None else np.random.default_rng()
         base_seed = int(rng.integers(1 << 62))
+        if resume is not None:
+            base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
+        start, on_iter, record_state = self._track_epoch(resume, base_seed, generator_before)
         policy = self._policy
         skips = None
         if policy is not None and policy.on_error == "skip":
@@ -478,6 +522,7 @@ class DataLoader:
                     task_group=task_group,
                     complete=complete,
                     policy=policy,
+                    record_state=record_state,
                 )
 
         return Epoch(
@@ -489,7 +534,235 @@ class DataLoader:
             loop=loop,
             pin=self._pinner() if self.pin_memory else None,
             skips=skips,
+            progress=start.progress,
+            on_iter=on_iter,
+            fast_forward=0 if resume is None else resume.fast_forward,
         )
+
+    def _track_epoch(
+        self, resume: _Resume | None, base_seed: int, generator_before: Any
+    ) -> tuple[_EpochStart, Callable[[], None] | None, Callable[[int], None] | None]:
+        """Records what replays a new epoch's start (see :meth:`state_dict`).
+
+        Returns the record, the hook the scheduler calls once the sampler's
+        iterator is open, and what records an iterable dataset's state per batch.
+        """
+        sampler: Any = None if self._protocol.iterable else self._index_sampler
+        stream = self._protocol.iterable and self.num_workers == 0 and _stateful(self.dataset)
+        progress = Progress(
+            self.in_order,
+            0 if resume is None else resume.done,
+            () if resume is None else resume.received,
+            stream=stream,
+            stream_state=None if resume is None else resume.stream_state,
+        )
+        start = _EpochStart(
+            number=self._epoch,
+            base_seed=base_seed,
+            generator=generator_before,
+            sampler_before=sampler.state_dict() if _stateful(sampler) else None,
+            progress=progress,
+        )
+        self._epoch += 1
+        self._start = start
+        on_iter = None
+        if _count_field(sampler) is not None:
+            assert sampler is not None
+
+            def on_iter() -> None:
+                # A built-in sampler's state once its iteration began: its start and a
+                # count that state_dict() lowers to what the consumer received.
+                start.sampler_after = sampler.state_dict()
+
+        record_state = None
+        states = progress.stream_states
+        if states is not None:
+            dataset = self.dataset
+
+            def record_state(seq: int) -> None:
+                states[seq] = dataset.state_dict()
+
+        return start, on_iter, record_state
+
+    def _check_checkpointable(self) -> None:
+        if not self._protocol.iterable:
+            return
+        if not _stateful(self.dataset):
+            raise TypeError(
+                f"this DataLoader cannot checkpoint: its iterable dataset "
+                f"{type(self.dataset).__name__} has no state_dict()/load_state_dict(), so a "
+                "checkpoint could not say where its stream stood"
+            )
+        if self.num_workers > 0:
+            raise NotImplementedError(
+                "DataLoader.state_dict() with an iterable dataset and num_workers > 0 is not "
+                "supported yet (each worker's stream would need its own state); use "
+                "num_workers=0 or a map-style dataset"
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns where the loader stands, as a small JSON-serialisable dict.
+
+        Call it from the consumer's side, between two batches of an epoch
+        (``for`` or ``async for``), after an epoch, after a ``break``, or before
+        the first iteration. A loader built with the same dataset and arguments
+        that loads the state with :meth:`load_state_dict` continues from there:
+        the rest of the epoch in progress, then the following epochs,
+        reshuffles included. The state describes what the consumer has
+        *received*, not what was fetched ahead.
+
+        Raises:
+            TypeError: the dataset is iterable and has no ``state_dict``.
+            NotImplementedError: the dataset is iterable and ``num_workers > 0``.
+
+        Example::
+
+            for step, batch in enumerate(loader):
+                train(batch)
+                if step % 1000 == 0:
+                    save(json.dumps(loader.state_dict()))
+        """
+        self._check_checkpointable()
+        if self._loaded is not None:
+            return copy.deepcopy(self._loaded)
+        start = self._start
+        if start is None or start.progress.finished:
+            return self._between_epochs(self._epoch, self._generator_state(), self._sampler_state())
+        done, received = start.progress.position()
+        sampler = None if self._protocol.iterable else self._index_sampler
+        sampler_state = start.sampler_before
+        count = _count_field(sampler)
+        if count is not None:
+            after = start.sampler_after
+            if after is None:
+                # The sampler was not iterated yet, so nothing was received: the
+                # state is that of the moment before this epoch began.
+                return self._between_epochs(start.number, start.generator, sampler_state)
+            sampler_state = {**after, "in_progress": True, count: done}
+        return {
+            "type": "DataLoader",
+            "version": _STATE_VERSION,
+            "in_progress": True,
+            "epoch": start.number,
+            "batches": done,
+            "received": received,
+            "base_seed": start.base_seed,
+            "generator": start.generator,
+            "sampler": sampler_state,
+            "dataset": start.progress.stream_state,
+        }
+
+    def _generator_state(self) -> Any:
+        return None if self.generator is None else _plain(self.generator.bit_generator.state)
+
+    def _sampler_state(self) -> Any:
+        sampler: Any = None if self._protocol.iterable else self._index_sampler
+        return sampler.state_dict() if _stateful(sampler) else None
+
+    def _between_epochs(self, epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
+        return {
+            "type": "DataLoader",
+            "version": _STATE_VERSION,
+            "in_progress": False,
+            "epoch": epoch,
+            "batches": 0,
+            "received": [],
+            "base_seed": None,
+            "generator": generator,
+            "sampler": sampler,
+            "dataset": None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores a state from :meth:`state_dict`; the next iteration continues from it.
+
+        Load it into a loader built with the same dataset and arguments (and
+        not iterating). The next epoch yields, with ``in_order=True``, exactly
+        the batches the interrupted run had not yet yielded, in the same order;
+        with ``in_order=False``, exactly the samples it had not yet yielded.
+        The epochs after it are the original's.
+
+        How the sampler is moved: a built-in sampler (and a
+        :class:`~aioload.BatchSampler` over any sampler) loads its own state
+        and skips what was received by slicing, at no per-key cost (a
+        ``BatchSampler`` over a user sampler draws and drops the keys). Any
+        other sampler, with ``state_dict``/``load_state_dict`` or without
+        (which must then yield the same keys on every pass), is restored to
+        the start of the epoch and fast-forwarded by drawing and dropping one
+        item per batch already received: O(batches received) work on resume.
+        An iterable dataset gets its ``load_state_dict`` called with its state
+        as of the last batch received; its ``state_dict()`` must return a new
+        JSON-serialisable object describing the samples taken so far from the
+        current ``iter(dataset)``, and its ``load_state_dict(state)`` must make
+        the next ``iter(dataset)`` continue after them.
+
+        Args:
+            state: the dict :meth:`state_dict` returned, possibly through JSON.
+
+        Raises:
+            ValueError: the state is not a DataLoader state of this version, or
+                does not fit this loader (a generator state where it has none,
+                a sampler state where its sampler has no ``state_dict``, ...).
+            TypeError, NotImplementedError: as :meth:`state_dict`.
+
+        Example::
+
+            loader = DataLoader(dataset, batch_size=64, shuffle=True, generator=0)
+            loader.load_state_dict(json.loads(saved))
+            for batch in loader:   # the rest of the interrupted epoch
+                ...
+        """
+        self._check_checkpointable()
+        in_progress, epoch, done, received, base_seed = _check_state(state)
+        sampler = None if self._protocol.iterable else self._index_sampler
+        sampler_state = state.get("sampler")
+        if _stateful(sampler) != (sampler_state is not None):
+            raise ValueError(
+                f"DataLoader state has {'no' if sampler_state is None else 'a'} sampler state, "
+                f"but this loader's {type(sampler).__name__} has "
+                f"{'' if sampler_state is None else 'no '}state_dict(): build the loader with "
+                "the same arguments"
+            )
+        generator = state.get("generator")
+        if (generator is None) != (self.generator is None):
+            raise ValueError(
+                "DataLoader state has "
+                + (
+                    "no generator state, but this loader has a generator"
+                    if generator is None
+                    else "a generator state, but this loader has generator=None"
+                )
+                + ": build the loader with the same arguments"
+            )
+        if generator is not None:
+            if not isinstance(generator, Mapping):
+                raise ValueError("DataLoader state field 'generator' should be a dict or None")
+            _check_generator_state(generator, "DataLoader", self.generator)
+        if sampler is not None and sampler_state is not None:
+            try:
+                sampler.load_state_dict(sampler_state)
+            except Exception as exc:
+                exc.add_note("raised while loading the DataLoader's sampler state")
+                raise
+        if self.generator is not None and generator is not None:
+            # After the sampler's: a sampler sharing the generator set it to the start
+            # of its own iteration, which comes after the loader's base-seed draw.
+            self.generator.bit_generator.state = generator
+        dataset_state = state.get("dataset")
+        if in_progress and dataset_state is not None:
+            self.dataset.load_state_dict(dataset_state)
+        self._epoch = epoch
+        self._start = None
+        self._resume = None
+        if in_progress:
+            self._resume = _Resume(
+                done=done,
+                received=received,
+                base_seed=base_seed,
+                fast_forward=0 if _count_field(sampler) is not None else done,
+                stream_state=dataset_state,
+            )
+        self._loaded = copy.deepcopy(dict(state))
 
     def _process_backend_factory(self, base_seed: int) -> BackendFactory:
         persistent = self.persistent_workers
@@ -568,6 +841,75 @@ class DataLoader:
             return pin_batch(batch, pool, device=device)
 
         return pin
+
+
+@dataclass
+class _EpochStart:
+    """What replays an epoch's start, and what its consumer received (for checkpoints)."""
+
+    number: int
+    base_seed: int
+    generator: Any  # the loader generator's state before the base-seed draw
+    sampler_before: Any  # the sampler's state before the epoch iterated it
+    progress: Progress
+    sampler_after: Any = None  # a built-in sampler's state once its iteration began
+
+
+@dataclass
+class _Resume:
+    """Where a loaded in-progress state resumes its epoch."""
+
+    done: int
+    received: list[int]
+    base_seed: int
+    fast_forward: int
+    stream_state: Any
+
+
+def _count_field(sampler: Any) -> str | None:
+    """The count of a built-in sampler's state that a checkpoint lowers (None: not built in)."""
+    if isinstance(sampler, BatchSampler):
+        return "batches"
+    if isinstance(sampler, _Resumable):
+        return "yielded"
+    return None
+
+
+def _check_state(state: Any) -> tuple[bool, int, int, list[int], int]:
+    """Checks a DataLoader state; returns in_progress, epoch, batches, received, base_seed."""
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"a DataLoader state should be a dict from state_dict(), got {type(state).__name__}"
+        )
+    if state.get("type") != "DataLoader":
+        raise ValueError(f"expected a state from a DataLoader, got type={state.get('type')!r}")
+    if state.get("version") != _STATE_VERSION:
+        raise ValueError(
+            f"DataLoader state has version={state.get('version')!r}; this aioload reads "
+            f"version {_STATE_VERSION}"
+        )
+    in_progress = state.get("in_progress")
+    if not isinstance(in_progress, bool):
+        raise ValueError("DataLoader state field 'in_progress' should be a bool")
+    counts = {}
+    for name in ("epoch", "batches"):
+        value = state.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"DataLoader state field {name!r} should be an int >= 0")
+        counts[name] = value
+    received = state.get("received")
+    if not isinstance(received, list) or not all(
+        isinstance(seq, int) and not isinstance(seq, bool) and seq > counts["batches"]
+        for seq in received
+    ):
+        raise ValueError(
+            "DataLoader state field 'received' should be a list of the batch numbers past "
+            "'batches' that were received"
+        )
+    base_seed = state.get("base_seed")
+    if in_progress and (not isinstance(base_seed, int) or isinstance(base_seed, bool)):
+        raise ValueError("DataLoader state in progress needs an int 'base_seed'")
+    return in_progress, counts["epoch"], counts["batches"], received, base_seed or 0
 
 
 def _check_batch_size(batch_size: Any) -> None:

@@ -19,6 +19,15 @@ logs each once) as they arrive, and ends with the log's
 batch whose every item was dropped completes with nothing to deliver, like a
 request past the end of a stream.
 
+Progress (checkpoints): the consumer's iterator tells the epoch's
+:class:`Progress` the sequence number of every batch it takes out. What the
+consumer *received* is what a checkpoint describes, not what the sampler
+handed out (the producer runs up to a window ahead). A resumed epoch starts
+numbering at the checkpoint's prefix, and with ``in_order=False`` does not
+fetch the batches past it that were already received (``skip``): sequence
+numbers are deterministic given the sampler's state, so a number names a
+batch.
+
 Lifecycle: the driver runs inside an anyio task group that owns every task the
 backend starts, and the pin thread when pinning. It returns after the end
 marker has been delivered; :meth:`Epoch.cancel` (the consumer's ``aclose()``,
@@ -30,7 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from itertools import islice
 from typing import Any
 
 import anyio
@@ -41,7 +52,9 @@ from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pin_stage import PinThread
 from aioload.policy import SkipLog, SkippedItem
 
-__all__ = ["Epoch", "LoaderTimeoutError", "Window"]
+__all__ = ["Epoch", "LoaderTimeoutError", "Progress", "Window"]
+
+_DRY = object()  # an async sampler ran out while fast-forwarding
 
 
 class LoaderTimeoutError(TimeoutError):
@@ -97,6 +110,103 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 BackendFactory = Callable[[anyio.abc.TaskGroup, Completion], Backend]
 
 
+class Progress:
+    """Which batches of one epoch the consumer has received (for checkpoints).
+
+    ``done``: every batch numbered below it was received (or had nothing to
+    deliver); ``extra``: batches numbered past ``done`` that were received
+    out of order (``in_order=False``; at most a window's worth). A resumed
+    epoch starts at ``done`` and does not fetch the batches in ``skip``.
+
+    :meth:`receive` runs on the consumer's thread once per batch, so it is a
+    field update or two. Batches that deliver nothing (every item skipped
+    under ``on_error='skip'``) are reported from the loop through
+    :meth:`nothing_for` into a deque, which the consumer's thread drains.
+
+    For an iterable dataset with ``state_dict``, ``stream_states`` maps a
+    batch to the dataset's state just after the batch was read (the stream
+    reads ahead of the consumer); ``stream_state`` is the one as of ``done``.
+
+    Args:
+        in_order: the epoch delivers in sequence order.
+        done: the first batch of a resumed epoch (0 for a fresh one).
+        received: batches past ``done`` the interrupted run had received.
+        stream: track an iterable dataset's states.
+        stream_state: the dataset's state as of ``done`` (resumed epochs).
+    """
+
+    def __init__(
+        self,
+        in_order: bool = True,
+        done: int = 0,
+        received: Iterable[int] = (),
+        *,
+        stream: bool = False,
+        stream_state: Any = None,
+    ) -> None:
+        self.done = done
+        self.extra: set[int] = set(received)
+        self.skip = frozenset(self.extra)
+        self.finished = False  # the consumer received the end of a successful epoch
+        self.stream_states: dict[int, Any] | None = {} if stream else None
+        self.stream_state = stream_state
+        self._nothing: deque[int] = deque()
+        self.receive: Callable[[int], None]
+        if stream:
+            self.receive = self._receive_stream
+        elif in_order:
+            self.receive = self._receive_in_order
+        else:
+            self.receive = self._receive_any
+
+    def _receive_in_order(self, seq: int) -> None:
+        # In order, receiving ``seq`` means every batch before it went out or had nothing.
+        self.done = seq + 1
+
+    def _receive_stream(self, seq: int) -> None:
+        self.done = seq + 1
+        states = self.stream_states
+        if states:
+            self.stream_state = states.pop(seq, self.stream_state)
+            for old in [old for old in states if old < seq]:
+                del states[old]
+
+    def _receive_any(self, seq: int) -> None:
+        if self._nothing:
+            self._settle()
+        if seq == self.done:
+            self._advance(seq + 1)
+        elif seq > self.done:
+            self.extra.add(seq)
+
+    def _advance(self, done: int) -> None:
+        extra = self.extra
+        while done in extra:
+            extra.discard(done)
+            done += 1
+        self.done = done
+
+    def _settle(self) -> None:
+        """Counts the batches that had nothing to deliver as received (consumer's thread)."""
+        nothing = self._nothing
+        while nothing:
+            seq = nothing.popleft()
+            if seq == self.done:
+                self._advance(seq + 1)
+            elif seq > self.done:
+                self.extra.add(seq)
+
+    def nothing_for(self, seq: int) -> None:
+        """Batch ``seq`` completed with nothing to deliver (call on the loop)."""
+        if self.stream_states is None:  # a stream's empty batches are past its end
+            self._nothing.append(seq)
+
+    def position(self) -> tuple[int, list[int]]:
+        """``done`` and the sorted batches past it already received (consumer's thread)."""
+        self._settle()
+        return self.done, sorted(self.extra)
+
+
 class Epoch:
     """One pass: sampler → scheduler → backend → reorder → (pin) → output.
 
@@ -110,6 +220,12 @@ class Epoch:
         output: where deliveries go.
         pin: when given, each batch is passed through it in a dedicated thread.
         skips: where the items dropped under ``on_error='skip'`` are recorded.
+        progress: what the consumer received; a resumed epoch's says where
+            numbering starts and which batches not to fetch.
+        on_iter: called once the sampler's iterator is open, before any batch
+            is drawn (the loader snapshots the sampler's state there).
+        fast_forward: batches to draw from the sampler and drop before the
+            first one (resuming over a sampler without ``state_dict``).
     """
 
     def __init__(
@@ -123,7 +239,13 @@ class Epoch:
         loop: asyncio.AbstractEventLoop,
         pin: Callable[[Any], Any] | None = None,
         skips: SkipLog | None = None,
+        progress: Progress | None = None,
+        on_iter: Callable[[], None] | None = None,
+        fast_forward: int = 0,
     ) -> None:
+        self.progress = progress if progress is not None else Progress(in_order)
+        self._on_iter = on_iter
+        self._fast_forward = fast_forward
         self._batches = batches
         self._make_backend = make_backend
         self.window = Window(window, loop)
@@ -133,9 +255,10 @@ class Epoch:
         self._skips = skips
         self._pending: dict[int, Any] = {}
         self._ready: dict[int, Delivery | None] = {}
-        self._next_out = 0
+        self._next_out = self.progress.done
         self._produced = False
         self._finished = False
+        self._failed = False
         self._producer_error: BaseException | None = None
         self._emit: Callable[[Delivery], None] = output.put
         self._all_delivered = asyncio.Event()
@@ -146,13 +269,19 @@ class Epoch:
         """Asks the producer to draw no more batches (any thread); cancellation follows."""
         self.stop_requested = True
 
-    def release(self) -> None:
-        """The consumer took a delivery out (call on the loop)."""
+    def release(self, seq: int) -> None:
+        """The consumer took batch ``seq`` out (call on the loop)."""
         self.window.release()
+        self.progress.receive(seq)
 
-    def release_threadsafe(self) -> None:
-        """The consumer took a delivery out (call from the consumer's thread)."""
+    def release_threadsafe(self, seq: int) -> None:
+        """The consumer took batch ``seq`` out (call from the consumer's thread)."""
         self.window.release_threadsafe()
+        self.progress.receive(seq)
+
+    def ended(self) -> None:
+        """The consumer received the end marker (call from the consumer's thread)."""
+        self.progress.finished = not self._failed
 
     def stalled(self) -> tuple[int, Any]:
         """The batch the consumer is waiting for and its keys, for timeout messages."""
@@ -210,7 +339,8 @@ class Epoch:
         acquire = self.window.acquire
         pending = self._pending
         submit = backend.submit
-        seq = 0
+        seq = self.progress.done
+        skip = self.progress.skip
         batches = self._batches
         if batches is None:
             while not backend.exhausted:
@@ -222,13 +352,32 @@ class Epoch:
                 submit(seq, None)
                 seq += 1
         elif isinstance(batches, AsyncIterable):
-            async for keys in batches:
+            keys_iter = aiter(batches)
+            if self._on_iter is not None:
+                self._on_iter()
+            for _ in range(self._fast_forward):  # one key (or batch) at a time
+                if await anext(keys_iter, _DRY) is _DRY:
+                    break
+            async for keys in keys_iter:
+                if seq in skip:
+                    self._nothing_to_deliver(seq)
+                    seq += 1
+                    continue
                 await acquire()
                 pending[seq] = keys
                 submit(seq, keys)
                 seq += 1
         else:
-            for keys in batches:
+            sync_keys = iter(batches)
+            if self._on_iter is not None:
+                self._on_iter()
+            if self._fast_forward:
+                next(islice(sync_keys, self._fast_forward, self._fast_forward), None)
+            for keys in sync_keys:
+                if seq in skip:
+                    self._nothing_to_deliver(seq)
+                    seq += 1
+                    continue
                 await acquire()
                 pending[seq] = keys
                 submit(seq, keys)
@@ -263,6 +412,8 @@ class Epoch:
         if exhausted:
             delivery = None
             self.window.release()
+            if not self._in_order:
+                self.progress.nothing_for(seq)
         elif error is not None:
             described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
             error.add_note(f"raised while fetching {described}")
@@ -272,26 +423,37 @@ class Epoch:
         if not self._in_order:
             if delivery is not None:
                 self._emit(delivery)
-        elif seq == self._next_out:
-            if delivery is not None:
-                self._emit(delivery)
-            self._next_out += 1
-            ready = self._ready
-            while self._next_out in ready:
-                waiting = ready.pop(self._next_out)
-                if waiting is not None:
-                    self._emit(waiting)
-                self._next_out += 1
         else:
-            self._ready[seq] = delivery
+            self._in_order_out(seq, delivery)
         if self._produced:
             self._maybe_finish()
+
+    def _in_order_out(self, seq: int, delivery: Delivery | None) -> None:
+        """Emits batch ``seq`` (None: nothing to emit) once every earlier one went out."""
+        if seq != self._next_out:
+            self._ready[seq] = delivery
+            return
+        if delivery is not None:
+            self._emit(delivery)
+        self._next_out += 1
+        ready = self._ready
+        while self._next_out in ready:
+            waiting = ready.pop(self._next_out)
+            if waiting is not None:
+                self._emit(waiting)
+            self._next_out += 1
+
+    def _nothing_to_deliver(self, seq: int) -> None:
+        """A resumed epoch skips batch ``seq``: the interrupted run delivered it."""
+        if self._in_order:
+            self._in_order_out(seq, None)
 
     def _fail(self, error: BaseException | None) -> None:
         """The backend cannot go on: deliver its error and end the epoch."""
         if self._finished:
             return
         self._finished = True
+        self._failed = True
         self.stop_requested = True
         if error is not None:
             self._emit(Delivery(-1, error=error))
@@ -302,6 +464,7 @@ class Epoch:
         if self._finished or self._pending or self._ready:
             return
         self._finished = True
+        self._failed = self._producer_error is not None
         if self._producer_error is not None:
             self._emit(Delivery(-1, error=self._producer_error))
         self._emit(END)

@@ -10,7 +10,11 @@
   nothing else runs on it, so a sync fetch is called right there, which is
   cheaper than a thread hop.
 - ``collate_fn`` runs where the fetch ran.
-- Iterable datasets are read in order, one batch after the other.
+- Iterable datasets are read in order, one batch after the other. When the
+  loader tracks the stream's state (a dataset with ``state_dict``), the
+  dataset's state is taken right after each batch is read, where it was read,
+  and handed to ``record_state`` with the batch's number: the stream reads
+  ahead of the consumer, so a checkpoint needs the state as of each batch.
 - Under an active fault policy (map-style only) a
   :class:`~aioload.fetch.GuardedFetcher` reads instead of the plain fetcher:
   items it skipped travel with their batch's completion (``skipped=``), a
@@ -64,6 +68,8 @@ class InlineBackend:
         policy: the fault policy of a map-style dataset (None or inactive:
             torch's behaviour, the first error fails the batch).
         worker_id: the worker process this backend runs in, for skip records.
+        record_state: for an iterable dataset, called with each batch's number
+            right after the batch was read (see the module docstring).
     """
 
     def __init__(
@@ -79,8 +85,10 @@ class InlineBackend:
         complete: Completion,
         policy: FaultPolicy | None = None,
         worker_id: int | None = None,
+        record_state: Callable[[int], None] | None = None,
     ) -> None:
         self._fetcher = fetcher
+        self._record_state = record_state
         self._collate = collate_fn
         self._batch_size = batch_size
         self._drop_last = drop_last
@@ -290,9 +298,9 @@ class InlineBackend:
             self._tg.start_soon(self._stream_batch, seq)
         elif self._offload:
             # One thread for a stream: its batches are read one after the other.
-            self._in_thread_call(seq, self._next_sync_batch)
+            self._in_thread_call(seq, self._next_sync_batch, seq)
         else:
-            self._finish_stream(seq, self._next_sync_batch)
+            self._finish_stream(seq)
 
     async def _stream_batch(self, seq: int) -> None:
         # The lock is FIFO, so batches leave the stream in submission order.
@@ -302,12 +310,12 @@ class InlineBackend:
             else:
                 await self._finish_stream_async(seq)
 
-    def _finish_stream(self, seq: int, read: Callable[[], Any]) -> None:
+    def _finish_stream(self, seq: int) -> None:
         if self._exhausted:
             self._complete(seq, exhausted=True)
             return
         try:
-            batch = read()
+            batch = self._next_sync_batch(seq)
         except Exception as error:
             self._complete(seq, error=error)
         else:
@@ -320,18 +328,24 @@ class InlineBackend:
         else:
             self._complete(seq, batch)
 
-    def _next_sync_batch(self) -> Any:
-        """The next batch of a sync stream, or ``_END`` when there is none."""
+    def _next_sync_batch(self, seq: int) -> Any:
+        """Batch ``seq``: the next batch of a sync stream, or ``_END`` when there is none."""
         stream = self._sync_stream
         assert stream is not None
         if self._batch_size is None:
             sample = next(stream, _END)
-            return sample if sample is _END else self._collate(sample)
+            if sample is _END:
+                return _END
+            if self._record_state is not None:
+                self._record_state(seq)
+            return self._collate(sample)
         samples = []
         for sample in stream:
             samples.append(sample)
             if len(samples) == self._batch_size:
                 break
+        if self._record_state is not None and samples:
+            self._record_state(seq)
         return self._collate_stream_batch(samples)
 
     async def _finish_stream_async(self, seq: int) -> None:
@@ -340,6 +354,8 @@ class InlineBackend:
         try:
             if self._batch_size is None:
                 sample = await anext(stream, _END)
+                if sample is not _END and self._record_state is not None:
+                    self._record_state(seq)
                 batch = sample if sample is _END else self._collate(sample)
             else:
                 samples = []
@@ -347,6 +363,8 @@ class InlineBackend:
                     samples.append(sample)
                     if len(samples) == self._batch_size:
                         break
+                if self._record_state is not None and samples:
+                    self._record_state(seq)
                 batch = self._collate_stream_batch(samples)
         except Exception as error:
             self._complete(seq, error=error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import itertools
 import math
 import multiprocessing
@@ -182,8 +183,9 @@ class DataLoader:
         after it reshuffle as the original's would. Built-in samplers resume by
         slicing; other samplers are fast-forwarded (see
         :meth:`load_state_dict`). An iterable dataset needs its own
-        ``state_dict``/``load_state_dict`` and, for now, ``num_workers=0``. The
-        state follows the latest epoch started from this loader.
+        ``state_dict``/``load_state_dict``; with workers, each worker's copy is
+        checkpointed and resumed on its own. The state follows the latest
+        epoch started from this loader.
 
     Example::
 
@@ -502,7 +504,9 @@ class DataLoader:
         self._skip_log = skips
         make_backend: BackendFactory
         if self.num_workers > 0:
-            make_backend = self._process_backend_factory(base_seed)
+            make_backend = self._process_backend_factory(
+                base_seed, start.progress, resumed=resume is not None
+            )
         else:
             fetcher = Fetcher(self.dataset, self._protocol)
 
@@ -548,13 +552,16 @@ class DataLoader:
         iterator is open, and what records an iterable dataset's state per batch.
         """
         sampler: Any = None if self._protocol.iterable else self._index_sampler
-        stream = self._protocol.iterable and self.num_workers == 0 and _stateful(self.dataset)
+        stream = self._protocol.iterable and _stateful(self.dataset)
+        stream_state = None if resume is None else copy.deepcopy(resume.stream_state)
+        if stream and self.num_workers > 0 and stream_state is None:
+            stream_state = {"workers": [None] * self.num_workers, "next_worker": 0}
         progress = Progress(
             self.in_order,
             0 if resume is None else resume.done,
             () if resume is None else resume.received,
             stream=stream,
-            stream_state=None if resume is None else resume.stream_state,
+            stream_state=stream_state,
         )
         start = _EpochStart(
             number=self._epoch,
@@ -576,11 +583,11 @@ class DataLoader:
 
         record_state = None
         states = progress.stream_states
-        if states is not None:
+        if states is not None and self.num_workers == 0:
             dataset = self.dataset
 
             def record_state(seq: int) -> None:
-                states[seq] = dataset.state_dict()
+                states[seq] = (None, dataset.state_dict())
 
         return start, on_iter, record_state
 
@@ -592,12 +599,6 @@ class DataLoader:
                 f"this DataLoader cannot checkpoint: its iterable dataset "
                 f"{type(self.dataset).__name__} has no state_dict()/load_state_dict(), so a "
                 "checkpoint could not say where its stream stood"
-            )
-        if self.num_workers > 0:
-            raise NotImplementedError(
-                "DataLoader.state_dict() with an iterable dataset and num_workers > 0 is not "
-                "supported yet (each worker's stream would need its own state); use "
-                "num_workers=0 or a map-style dataset"
             )
 
     def state_dict(self) -> dict[str, Any]:
@@ -613,7 +614,6 @@ class DataLoader:
 
         Raises:
             TypeError: the dataset is iterable and has no ``state_dict``.
-            NotImplementedError: the dataset is iterable and ``num_workers > 0``.
 
         Example::
 
@@ -703,7 +703,7 @@ class DataLoader:
             ValueError: the state is not a DataLoader state of this version, or
                 does not fit this loader (a generator state where it has none,
                 a sampler state where its sampler has no ``state_dict``, ...).
-            TypeError, NotImplementedError: as :meth:`state_dict`.
+            TypeError: as :meth:`state_dict`.
 
         Example::
 
@@ -750,7 +750,10 @@ class DataLoader:
             self.generator.bit_generator.state = generator
         dataset_state = state.get("dataset")
         if in_progress and dataset_state is not None:
-            self.dataset.load_state_dict(dataset_state)
+            if self.num_workers > 0:
+                _check_worker_streams(dataset_state, self.num_workers)  # loaded in each worker
+            else:
+                self.dataset.load_state_dict(dataset_state)
         self._epoch = epoch
         self._start = None
         self._resume = None
@@ -764,7 +767,9 @@ class DataLoader:
             )
         self._loaded = copy.deepcopy(dict(state))
 
-    def _process_backend_factory(self, base_seed: int) -> BackendFactory:
+    def _process_backend_factory(
+        self, base_seed: int, progress: Progress, *, resumed: bool
+    ) -> BackendFactory:
         persistent = self.persistent_workers
         if persistent:
             with self._pool_lock:
@@ -774,6 +779,14 @@ class DataLoader:
         else:
             pool = self._new_pool(base_seed)
         epoch = next(self._epochs)
+        # A tracked stream: each worker's state rides with its batches; a resumed
+        # epoch starts each worker's stream where the checkpoint left it.
+        states = progress.stream_states
+        record = None if states is None else functools.partial(_record_in, states)
+        resume_streams, first_worker = None, 0
+        if states is not None and resumed:
+            resume_streams = list(progress.stream_state["workers"])
+            first_worker = progress.stream_state["next_worker"]
 
         def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> ProcessBackend:
             return ProcessBackend(
@@ -784,6 +797,9 @@ class DataLoader:
                 max_restarts=self.max_worker_restarts,
                 task_group=task_group,
                 complete=complete,
+                resume_streams=resume_streams,
+                first_worker=first_worker,
+                record_stream_state=record,
             )
 
         return make_backend
@@ -798,6 +814,7 @@ class DataLoader:
             concurrency=self.concurrency,
             num_workers=self.num_workers,
             policy=self._policy,
+            track_stream_state=self._protocol.iterable and _stateful(self.dataset),
         )
         pool = WorkerPool(
             setup,
@@ -864,6 +881,27 @@ class _Resume:
     base_seed: int
     fast_forward: int
     stream_state: Any
+
+
+def _record_in(states: dict[int, Any], seq: int, worker: int, state: Any) -> None:
+    states[seq] = (worker, state)
+
+
+def _check_worker_streams(state: Any, num_workers: int) -> None:
+    """Checks the per-worker stream states of a checkpoint taken with workers."""
+    workers = state.get("workers") if isinstance(state, Mapping) else None
+    turn = state.get("next_worker") if isinstance(state, Mapping) else None
+    if (
+        not isinstance(workers, list)
+        or len(workers) != num_workers
+        or not isinstance(turn, int)
+        or not 0 <= turn < num_workers
+    ):
+        raise ValueError(
+            "DataLoader state field 'dataset' should hold one stream state per worker "
+            f"({num_workers}: build the loader with the same num_workers) and the "
+            f"next worker's number; got {state!r:.200}"
+        )
 
 
 def _count_field(sampler: Any) -> str | None:

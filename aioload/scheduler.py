@@ -124,8 +124,11 @@ class Progress:
     :meth:`nothing_for` into a deque, which the consumer's thread drains.
 
     For an iterable dataset with ``state_dict``, ``stream_states`` maps a
-    batch to the dataset's state just after the batch was read (the stream
-    reads ahead of the consumer); ``stream_state`` is the one as of ``done``.
+    batch to ``(worker, state)``: the worker that read it (None without
+    workers) and its dataset's state just after the batch was read (the stream
+    reads ahead of the consumer). ``stream_state`` is the state as of the last
+    batch received; with workers, ``{"workers": [state per worker],
+    "next_worker": the worker whose turn comes next}``.
 
     Args:
         in_order: the epoch delivers in sequence order.
@@ -166,10 +169,23 @@ class Progress:
     def _receive_stream(self, seq: int) -> None:
         self.done = seq + 1
         states = self.stream_states
-        if states:
-            self.stream_state = states.pop(seq, self.stream_state)
-            for old in [old for old in states if old < seq]:
-                del states[old]
+        if not states:
+            return
+        recorded = states.pop(seq, None)
+        if recorded is None:
+            return
+        worker, state = recorded
+        if worker is None:
+            self.stream_state = state
+        else:
+            # Each worker streams its own copy, and the consumer receives each
+            # worker's batches in the order it read them: its latest state counts.
+            workers = self.stream_state["workers"]
+            workers[worker] = state
+            self.stream_state["next_worker"] = (worker + 1) % len(workers)
+        # States of the same stream's earlier batches that delivered nothing.
+        for old in [old for old, (w, _) in states.items() if old < seq and w == worker]:
+            del states[old]
 
     def _receive_any(self, seq: int) -> None:
         if self._nothing:

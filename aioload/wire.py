@@ -42,7 +42,8 @@ class Command(enum.IntEnum):
     """What the loader asks of a worker."""
 
     FETCH = 1  # (FETCH, epoch, seq, keys): fetch and collate one batch of keys
-    NEXT = 2  # (NEXT, epoch, seq): the next batch of the worker's stream
+    NEXT = 2  # (NEXT, epoch, seq, resume): the next batch of the worker's stream; resume:
+    # the dataset state to load before the epoch's stream starts (checkpoints), or None
     END_EPOCH = 3  # (END_EPOCH,): stop the current epoch's work
     RECYCLE = 4  # (RECYCLE, recycle, drop): segments the loader no longer uses
     STOP = 5  # (STOP,): exit

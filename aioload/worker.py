@@ -55,6 +55,7 @@ from aioload.wire import FRAME_LENGTH, NO_EPOCH, Command, Result, send_result
 __all__ = [
     "ErrorReport",
     "SkippedBatch",
+    "StreamBatch",
     "WorkerInfo",
     "WorkerSetup",
     "get_worker_info",
@@ -116,6 +117,8 @@ class WorkerSetup:
         concurrency: the most item fetches in flight on the worker's loop.
         num_workers: how many workers the loader has.
         policy: the loader's fault policy (None: torch's behaviour).
+        track_stream_state: an iterable dataset with ``state_dict``: send its
+            state after each batch along with the batch (for checkpoints).
     """
 
     dataset: Any
@@ -126,6 +129,7 @@ class WorkerSetup:
     concurrency: int
     num_workers: int
     policy: FaultPolicy | None = None
+    track_stream_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,14 @@ class SkippedBatch:
     batch: Any
     skipped: tuple[SkippedItem, ...]
     empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBatch:
+    """A batch of an iterable dataset and the dataset's state right after it was read."""
+
+    batch: Any
+    state: Any
 
 
 def report(error: BaseException, skipped: Sequence[SkippedItem] = ()) -> ErrorReport:
@@ -265,6 +277,7 @@ class _Worker:
         self._epoch_scope: anyio.CancelScope | None = None
         self._backend: InlineBackend | None = None
         self._loader_gone = False
+        self._stream_states: dict[int, Any] = {}  # seq -> the dataset's state after it
 
     async def serve(self) -> None:
         self._commands.setblocking(False)
@@ -291,9 +304,17 @@ class _Worker:
         if command == Command.FETCH or command == Command.NEXT:
             epoch, seq = fields[1], fields[2]
             if epoch != self._epoch:
-                await self._start_epoch(epoch)
-            assert self._backend is not None
-            self._backend.submit(seq, fields[3] if command == Command.FETCH else None)
+                resume = fields[3] if command == Command.NEXT else None
+                try:
+                    await self._start_epoch(epoch, resume)
+                except Exception as error:  # the dataset refused its checkpointed state
+                    error.add_note("raised while loading this worker's dataset state")
+                    self._complete(epoch, seq, error=error)
+                    return True
+            if self._backend is None:  # the epoch could not start (reported above)
+                self._complete(epoch, seq, exhausted=True)
+            else:
+                self._backend.submit(seq, fields[3] if command == Command.FETCH else None)
         elif command == Command.RECYCLE:
             self._writer.recycle(fields[1])
             self._writer.drop(fields[2])
@@ -303,11 +324,18 @@ class _Worker:
             return False
         return True
 
-    async def _start_epoch(self, epoch: int) -> None:
+    async def _start_epoch(self, epoch: int, resume: Any = None) -> None:
+        """Starts ``epoch``; a stream resumed from a checkpoint first loads its state."""
         self._end_epoch()
         self._epoch = epoch
+        self._stream_states.clear()
+        if resume is not None:
+            self._setup.dataset.load_state_dict(resume)
         assert self._tg is not None
         self._epoch_scope, self._backend = await self._tg.start(self._run_epoch, epoch)
+
+    def _record_stream_state(self, seq: int) -> None:
+        self._stream_states[seq] = self._setup.dataset.state_dict()
 
     def _end_epoch(self) -> None:
         if self._epoch_scope is not None:
@@ -332,6 +360,7 @@ class _Worker:
                     complete=functools.partial(self._complete, epoch),
                     policy=setup.policy,
                     worker_id=None if _worker_info is None else _worker_info.id,
+                    record_state=self._record_stream_state if setup.track_stream_state else None,
                 )
                 task_status.started((scope, backend))
                 try:
@@ -363,6 +392,7 @@ class _Worker:
             if isinstance(batch, _InArena):
                 batch.arena.release()
             return  # finished after its epoch was cancelled: nobody waits for it
+        stream_state = self._stream_states.pop(seq, None)
         try:
             if exhausted and skipped:
                 # Every item was skipped: not the end of a stream, so no EXHAUSTED.
@@ -377,6 +407,8 @@ class _Worker:
                 payload = batch.batch
                 if skipped:  # the dropped items ride with their batch
                     payload = SkippedBatch(payload, tuple(skipped), False)
+                elif self._setup.track_stream_state:  # so does the stream's state after it
+                    payload = StreamBatch(payload, stream_state)
                 try:
                     written = self._writer.write(payload, batch.arena)
                 except Exception as pickling_error:

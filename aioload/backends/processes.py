@@ -57,7 +57,7 @@ from aioload.wire import (
     receive_results,
     result_socket_pair,
 )
-from aioload.worker import ErrorReport, SkippedBatch, WorkerSetup, worker_main
+from aioload.worker import ErrorReport, SkippedBatch, StreamBatch, WorkerSetup, worker_main
 
 __all__ = ["ProcessBackend", "WorkerCrashedError", "WorkerError", "WorkerPool"]
 
@@ -434,6 +434,12 @@ class ProcessBackend:
         max_restarts: worker deaths this epoch survives by restarting.
         task_group: the epoch's scope.
         complete: where results go.
+        resume_streams: an iterable dataset resumed from a checkpoint: each
+            worker's stream state (None: start afresh), sent with the first
+            request to that worker.
+        first_worker: the worker whose turn comes first (resumed epochs).
+        record_stream_state: called with ``(seq, worker id, state)`` before a
+            batch of a tracked stream is completed.
     """
 
     def __init__(
@@ -446,8 +452,13 @@ class ProcessBackend:
         max_restarts: int,
         task_group: anyio.abc.TaskGroup,
         complete: Completion,
+        resume_streams: list[Any] | None = None,
+        first_worker: int = 0,
+        record_stream_state: Callable[[int, int, Any], None] | None = None,
     ) -> None:
         self._pool = pool
+        self._resume_streams = list(resume_streams) if resume_streams is not None else None
+        self._record_stream_state = record_stream_state
         self._owns_pool = owns_pool
         self._epoch = epoch
         self._iterable = iterable
@@ -457,7 +468,9 @@ class ProcessBackend:
         self._loop = asyncio.get_running_loop()
         self._held: dict[int, dict[int, Any]] = {}  # worker id -> seq -> keys
         self._exhausted_workers: set[int] = set()
-        self._round_robin = itertools.cycle(range(len(pool.workers)))
+        self._round_robin = itertools.islice(
+            itertools.cycle(range(len(pool.workers))), first_worker, None
+        )
         self._attached: list[_Handle] = []
         self._watched: dict[_Handle, int] = {}  # handle -> its sentinel's descriptor
         self._queued: list[tuple[int, Any]] = []  # submitted before the pool was ours
@@ -608,7 +621,10 @@ class ProcessBackend:
         handle = self._choose()
         self._held[handle.id][seq] = keys
         if self._iterable:
-            self._send(handle, command_frame(Command.NEXT, self._epoch, seq))
+            resume = None
+            if self._resume_streams is not None:  # once per worker: its first request
+                resume, self._resume_streams[handle.id] = self._resume_streams[handle.id], None
+            self._send(handle, command_frame(Command.NEXT, self._epoch, seq, resume))
         else:
             self._send(handle, command_frame(Command.FETCH, self._epoch, seq, keys))
 
@@ -653,6 +669,10 @@ class ProcessBackend:
             if kind != Result.BATCH:
                 rebuilt = self._rebuild_error(handle, payload)
                 self._complete(seq, error=rebuilt, skipped=payload.skipped)
+            elif type(payload) is StreamBatch:  # the stream's state after it rides along
+                if self._record_stream_state is not None:
+                    self._record_stream_state(seq, handle.id, payload.state)
+                self._complete(seq, payload.batch)
             elif type(payload) is SkippedBatch:  # items the fault policy dropped ride along
                 self._complete(seq, payload.batch, exhausted=payload.empty, skipped=payload.skipped)
             else:

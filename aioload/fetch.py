@@ -40,6 +40,8 @@ from aioload.policy import FaultPolicy, ItemTimeoutError, SkippedItem
 
 __all__ = ["DatasetProtocol", "Fetcher", "GuardedFetcher", "Skip", "inspect_dataset"]
 
+_ABANDON_SLICE = 0.05  # how often a wait for a sync attempt checks that the epoch still runs
+
 
 @dataclass(frozen=True)
 class DatasetProtocol:
@@ -230,8 +232,10 @@ class GuardedFetcher:
 
     - Items (``__getitem__``): every attempt calls ``dataset[key]`` anew. An
       async item is awaited under ``asyncio.timeout(item_timeout)``. A sync
-      call cannot be interrupted: a sync attempt that returns after
-      ``item_timeout`` counts as failed (its result is dropped). Backoff waits
+      call cannot be interrupted: with ``item_timeout`` each sync attempt
+      runs in a thread of its own and is abandoned when the time is up (the
+      call finishes in the background, its result dropped; a retry may then
+      run while it does). Backoff waits
       are ``asyncio.sleep`` for async datasets. For sync ones they block like
       the read (the loader reads them in its fetch thread; a worker on its
       loop) and end early when the epoch closes: the item gives up.
@@ -322,19 +326,45 @@ class GuardedFetcher:
             try:
                 if timeout is None:
                     return read(arg), None, attempt
-                start = time.monotonic()
-                value = read(arg)
-                if time.monotonic() - start > timeout:
-                    raise ItemTimeoutError(
-                        f"reading {_describe(arg, batched)} took longer than "
-                        f"item_timeout={timeout} s (a sync read cannot be interrupted: "
-                        "its result was dropped)"
-                    )
-                return value, None, attempt
+                return self._abandon_after(timeout, read, arg, batched), None, attempt
             except Exception as error:
                 # Event.wait is the backoff: close() ends it, and the item gives up.
                 if not self._again(error, attempt) or self._closed.wait(self._delay(attempt)):
                     return None, error, attempt
+
+    def _abandon_after(
+        self, timeout: float, read: Callable[[Any], Any], arg: Any, batched: bool
+    ) -> Any:
+        """``read(arg)`` in a thread of its own, given up after ``timeout`` seconds.
+
+        A sync call cannot be interrupted, so a hung one is abandoned: its
+        daemon thread runs on until the call returns, and its result is dropped.
+        """
+        outcome: list[Any] = []
+        finished = threading.Event()
+
+        def attempt() -> None:
+            try:
+                outcome.append((read(arg), None))
+            except BaseException as error:
+                outcome.append((None, error))
+            finally:
+                finished.set()
+
+        thread = threading.Thread(target=attempt, name="aioload-item", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not finished.wait(min(_ABANDON_SLICE, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline or self._closed.is_set():
+                raise ItemTimeoutError(
+                    f"reading {_describe(arg, batched)} took longer than item_timeout="
+                    f"{timeout} s; the sync call was abandoned (it cannot be interrupted: it "
+                    "finishes in the background and its result is dropped)"
+                )
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value
 
     async def _attempts_async(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Outcome:
         attempt = 0

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-
-# Worker processes import the test modules to unpickle their datasets, and with
-# them pytest (about 0.3 s of CPU per worker start). The fork server, started by
-# the first worker test, imports pytest once for all of them. Only a server that
-# is not running yet takes a preload list; aioload adds its own modules to it.
-multiprocessing.set_forkserver_preload(["__main__", "pytest"])
 
 
 def aioload_threads() -> list[threading.Thread]:

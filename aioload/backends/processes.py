@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import itertools
 import multiprocessing
 import multiprocessing.context
@@ -39,11 +38,12 @@ import multiprocessing.util  # before our atexit handler (see _stop_every_pool)
 import pickle
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from multiprocessing import forkserver, spawn
+from collections.abc import Callable
+from multiprocessing import forkserver
 from typing import Any, TypeVar
 
 import anyio.abc
@@ -755,45 +755,34 @@ def start_method_context(
 
 
 def warm_forkserver(context: multiprocessing.context.BaseContext) -> None:
-    """Starts the fork server now, with aioload's worker code preloaded, so workers start fast."""
+    """Starts the fork server now, with what workers import preloaded, so workers start fast.
+
+    Preloaded: aioload's worker code, and the third-party packages this process
+    has imported (torch, say). A worker still runs the main script again, as
+    with ``spawn`` (Python 3.11's fork server never preloads it: it drops the
+    preparation data's ``init_main_from_path`` and ``sys_path``), but the
+    script's heavy imports are then already done. Only a package that imports
+    cleanly here is listed; one that fails in the server is skipped there.
+    """
     if context.get_start_method() != "forkserver":
         return
     # multiprocessing has no public way to read the preload list or to ask whether
     # the server runs; only a server that is not running yet takes a preload list.
     server = getattr(forkserver, "_forkserver", None)
     if server is not None and getattr(server, "_forkserver_pid", 0) is None:
-        # Keep what is there (by default the main module, so workers do not run it again).
         preload = list(getattr(server, "_preload_modules", ["__main__"]))
-        if "aioload.worker" not in preload:
-            context.set_forkserver_preload([*preload, "aioload.worker"])
-        with _main_script_preloadable():
-            forkserver.ensure_running()
-    else:
-        forkserver.ensure_running()
+        wanted = ["aioload.worker", *_imported_packages()]
+        context.set_forkserver_preload(list(dict.fromkeys([*preload, *wanted])))
+    forkserver.ensure_running()
 
 
-@contextlib.contextmanager
-def _main_script_preloadable() -> Iterator[None]:
-    """Lets the fork server preload the main script, as it means to.
-
-    ``ForkServer.ensure_running`` passes the server the preparation data's
-    ``main_path``, but ``spawn.get_preparation_data`` calls that key
-    ``init_main_from_path`` (Python 3.11 and 3.12). Without it the server never
-    imports the main script, and every worker runs it again, with all its
-    imports (torch: a second or more per worker). Other users of
-    ``get_preparation_data`` meanwhile see one more key, which ``spawn.prepare``
-    ignores.
-    """
-    original = spawn.get_preparation_data
-
-    def with_main_path(name: str) -> dict[str, Any]:
-        data: dict[str, Any] = original(name)
-        if "init_main_from_path" in data:
-            data.setdefault("main_path", data["init_main_from_path"])
-        return data
-
-    spawn.get_preparation_data = with_main_path
-    try:
-        yield
-    finally:
-        spawn.get_preparation_data = original
+def _imported_packages() -> list[str]:
+    """The top-level third-party packages (from site-packages) this process has imported."""
+    packages = []
+    for name, module in list(sys.modules.items()):
+        if "." in name or name.startswith("_"):
+            continue
+        path = getattr(module, "__file__", None) or ""
+        if "site-packages" in path or "dist-packages" in path:
+            packages.append(name)
+    return sorted(packages)

@@ -12,6 +12,8 @@ import multiprocessing
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -584,3 +586,33 @@ def test_a_dead_worker_is_noticed_at_once_not_after_a_timeout() -> None:
     with pytest.raises(WorkerCrashedError, match=r"worker 0 .* while holding batches \[0"):
         list(loader)
     assert time.monotonic() - started < 10  # the other batches would wait 60 s
+
+
+def test_a_script_whose_dataset_lives_in_a_sibling_module(tmp_path: Path) -> None:
+    # The usual layout: train.py imports its dataset from a module next to it. Workers
+    # (started by a fresh fork server in a fresh process) must find both.
+    (tmp_path / "shapes.py").write_text(
+        "import aioload\n"
+        "class Shapes(aioload.Dataset):\n"
+        "    def __len__(self): return 6\n"
+        "    def __getitem__(self, i): return i * 2\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "from shapes import Shapes\n"
+        "from aioload import DataLoader\n"
+        "if __name__ == '__main__':\n"
+        "    batches = DataLoader(Shapes(), batch_size=2, num_workers=2)\n"
+        "    print([b.tolist() for b in batches])\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    environment = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "train.py")],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=environment,
+        cwd=root,  # not the script's folder: only sys.path[0] finds the sibling
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[[0, 2], [4, 6], [8, 10]]"

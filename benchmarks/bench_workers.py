@@ -596,6 +596,34 @@ def calibrate(work: Callable[[int, int], object]) -> tuple[int, float]:
     return units, seconds
 
 
+def _read_for(dataset: Any, duration: float, counts: Any) -> None:
+    start = time.perf_counter()
+    done = 0
+    while time.perf_counter() - start < duration:
+        dataset[done]
+        done += 1
+    counts.put(done)
+
+
+def bare_processes(dataset: Any, processes: int) -> Case:
+    """The same items read in ``processes`` plain processes, no loader: what the cores allow."""
+
+    def run(duration: float) -> tuple[int, float]:
+        context = multiprocessing.get_context("fork")
+        counts = context.SimpleQueue()
+        workers = [
+            context.Process(target=_read_for, args=(dataset, duration, counts))
+            for _ in range(processes)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return sum(counts.get() for _ in workers), duration
+
+    return run
+
+
 def cpu_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
     """Measurement 1."""
     rounds, numpy_cost = calibrate(numpy_work)
@@ -617,6 +645,9 @@ def cpu_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]
         cases["aioload, 2 workers"] = throughput(
             partial(aioload_loader, dataset, WORKERS), touch_labelled, WORKERS
         )
+        # What two cores give two CPU-bound processes here, loader or not.
+        cases["1 bare process (no loader)"] = bare_processes(dataset, 1)
+        cases["2 bare processes (no loader)"] = bare_processes(dataset, WORKERS)
         measured = measure(cases, repeat, duration)
 
         print(f"\n1{kind}. CPU-bound items, {work} ({costs[kind] * 1e3:.2f} ms per item),")
@@ -628,6 +659,7 @@ def cpu_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]
             ratios={
                 "x torch 2w": {"aioload, 2 workers": "torch, 2 workers (fork)"},
                 "x aioload 0w": {"aioload, 2 workers": "aioload, 0 workers"},
+                "x 1 process": {"2 bare processes (no loader)": "1 bare process (no loader)"},
             },
         )
         mine = measured.median("aioload, 2 workers")

@@ -11,7 +11,6 @@ import multiprocessing
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio.abc
@@ -20,6 +19,15 @@ import numpy as np
 from aioload.backends.base import Completion
 from aioload.backends.inline import InlineBackend
 from aioload.backends.processes import ProcessBackend, WorkerPool, start_method_context
+from aioload.checkpoint import (
+    STATE_VERSION,
+    EpochStart,
+    Resume,
+    check_state,
+    check_worker_streams,
+    count_field,
+    record_in,
+)
 from aioload.collate import default_collate, default_convert
 from aioload.fetch import Fetcher, inspect_dataset
 from aioload.handoff import LoopOutput, ThreadOutput
@@ -32,7 +40,6 @@ from aioload.samplers import (
     _as_generator,
     _check_generator_state,
     _plain,
-    _Resumable,
     _stateful,
 )
 from aioload.scheduler import BackendFactory, Epoch, Progress
@@ -47,7 +54,6 @@ DEFAULT_MAX_WORKER_RESTARTS = 3
 """Worker deaths one epoch survives (by restarting the worker) unless told otherwise."""
 
 # Bumped when the layout of DataLoader.state_dict() changes, so an old state is refused clearly.
-_STATE_VERSION = 1
 
 _FROZEN_AFTER_INIT = (
     "batch_size",
@@ -373,8 +379,8 @@ class DataLoader:
         self._pool_lock = threading.Lock()
         self._epochs = itertools.count()  # numbers epochs within a worker pool
         self._epoch = 0  # epochs started (or resumed past, after load_state_dict)
-        self._start: _EpochStart | None = None  # what replays the latest epoch's start
-        self._resume: _Resume | None = None  # loaded by load_state_dict for the next epoch
+        self._start: EpochStart | None = None  # what replays the latest epoch's start
+        self._resume: Resume | None = None  # loaded by load_state_dict for the next epoch
         self._loaded: dict[str, Any] | None = None  # that state, until the next epoch starts
         if isinstance(max_skipped, float) and self._epoch_items() is None:
             raise ValueError(
@@ -544,8 +550,8 @@ class DataLoader:
         )
 
     def _track_epoch(
-        self, resume: _Resume | None, base_seed: int, generator_before: Any
-    ) -> tuple[_EpochStart, Callable[[], None] | None, Callable[[int], None] | None]:
+        self, resume: Resume | None, base_seed: int, generator_before: Any
+    ) -> tuple[EpochStart, Callable[[], None] | None, Callable[[int], None] | None]:
         """Records what replays a new epoch's start (see :meth:`state_dict`).
 
         Returns the record, the hook the scheduler calls once the sampler's
@@ -563,7 +569,7 @@ class DataLoader:
             stream=stream,
             stream_state=stream_state,
         )
-        start = _EpochStart(
+        start = EpochStart(
             number=self._epoch,
             base_seed=base_seed,
             generator=generator_before,
@@ -573,7 +579,7 @@ class DataLoader:
         self._epoch += 1
         self._start = start
         on_iter = None
-        if _count_field(sampler) is not None:
+        if count_field(sampler) is not None:
             assert sampler is not None
 
             def on_iter() -> None:
@@ -631,7 +637,7 @@ class DataLoader:
         done, received = start.progress.position()
         sampler = None if self._protocol.iterable else self._index_sampler
         sampler_state = start.sampler_before
-        count = _count_field(sampler)
+        count = count_field(sampler)
         if count is not None:
             after = start.sampler_after
             if after is None:
@@ -641,7 +647,7 @@ class DataLoader:
             sampler_state = {**after, "in_progress": True, count: done}
         return {
             "type": "DataLoader",
-            "version": _STATE_VERSION,
+            "version": STATE_VERSION,
             "in_progress": True,
             "epoch": start.number,
             "batches": done,
@@ -662,7 +668,7 @@ class DataLoader:
     def _between_epochs(self, epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
         return {
             "type": "DataLoader",
-            "version": _STATE_VERSION,
+            "version": STATE_VERSION,
             "in_progress": False,
             "epoch": epoch,
             "batches": 0,
@@ -713,7 +719,7 @@ class DataLoader:
                 ...
         """
         self._check_checkpointable()
-        in_progress, epoch, done, received, base_seed = _check_state(state)
+        in_progress, epoch, done, received, base_seed = check_state(state)
         sampler = None if self._protocol.iterable else self._index_sampler
         sampler_state = state.get("sampler")
         if _stateful(sampler) != (sampler_state is not None):
@@ -751,18 +757,18 @@ class DataLoader:
         dataset_state = state.get("dataset")
         if in_progress and dataset_state is not None:
             if self.num_workers > 0:
-                _check_worker_streams(dataset_state, self.num_workers)  # loaded in each worker
+                check_worker_streams(dataset_state, self.num_workers)  # loaded in each worker
             else:
                 self.dataset.load_state_dict(dataset_state)
         self._epoch = epoch
         self._start = None
         self._resume = None
         if in_progress:
-            self._resume = _Resume(
+            self._resume = Resume(
                 done=done,
                 received=received,
                 base_seed=base_seed,
-                fast_forward=0 if _count_field(sampler) is not None else done,
+                fast_forward=0 if count_field(sampler) is not None else done,
                 stream_state=dataset_state,
             )
         self._loaded = copy.deepcopy(dict(state))
@@ -782,7 +788,7 @@ class DataLoader:
         # A tracked stream: each worker's state rides with its batches; a resumed
         # epoch starts each worker's stream where the checkpoint left it.
         states = progress.stream_states
-        record = None if states is None else functools.partial(_record_in, states)
+        record = None if states is None else functools.partial(record_in, states)
         resume_streams, first_worker = None, 0
         if states is not None and resumed:
             resume_streams = list(progress.stream_state["workers"])
@@ -858,96 +864,6 @@ class DataLoader:
             return pin_batch(batch, pool, device=device)
 
         return pin
-
-
-@dataclass
-class _EpochStart:
-    """What replays an epoch's start, and what its consumer received (for checkpoints)."""
-
-    number: int
-    base_seed: int
-    generator: Any  # the loader generator's state before the base-seed draw
-    sampler_before: Any  # the sampler's state before the epoch iterated it
-    progress: Progress
-    sampler_after: Any = None  # a built-in sampler's state once its iteration began
-
-
-@dataclass
-class _Resume:
-    """Where a loaded in-progress state resumes its epoch."""
-
-    done: int
-    received: list[int]
-    base_seed: int
-    fast_forward: int
-    stream_state: Any
-
-
-def _record_in(states: dict[int, Any], seq: int, worker: int, state: Any) -> None:
-    states[seq] = (worker, state)
-
-
-def _check_worker_streams(state: Any, num_workers: int) -> None:
-    """Checks the per-worker stream states of a checkpoint taken with workers."""
-    workers = state.get("workers") if isinstance(state, Mapping) else None
-    turn = state.get("next_worker") if isinstance(state, Mapping) else None
-    if (
-        not isinstance(workers, list)
-        or len(workers) != num_workers
-        or not isinstance(turn, int)
-        or not 0 <= turn < num_workers
-    ):
-        raise ValueError(
-            "DataLoader state field 'dataset' should hold one stream state per worker "
-            f"({num_workers}: build the loader with the same num_workers) and the "
-            f"next worker's number; got {state!r:.200}"
-        )
-
-
-def _count_field(sampler: Any) -> str | None:
-    """The count of a built-in sampler's state that a checkpoint lowers (None: not built in)."""
-    if isinstance(sampler, BatchSampler):
-        return "batches"
-    if isinstance(sampler, _Resumable):
-        return "yielded"
-    return None
-
-
-def _check_state(state: Any) -> tuple[bool, int, int, list[int], int]:
-    """Checks a DataLoader state; returns in_progress, epoch, batches, received, base_seed."""
-    if not isinstance(state, Mapping):
-        raise ValueError(
-            f"a DataLoader state should be a dict from state_dict(), got {type(state).__name__}"
-        )
-    if state.get("type") != "DataLoader":
-        raise ValueError(f"expected a state from a DataLoader, got type={state.get('type')!r}")
-    if state.get("version") != _STATE_VERSION:
-        raise ValueError(
-            f"DataLoader state has version={state.get('version')!r}; this aioload reads "
-            f"version {_STATE_VERSION}"
-        )
-    in_progress = state.get("in_progress")
-    if not isinstance(in_progress, bool):
-        raise ValueError("DataLoader state field 'in_progress' should be a bool")
-    counts = {}
-    for name in ("epoch", "batches"):
-        value = state.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"DataLoader state field {name!r} should be an int >= 0")
-        counts[name] = value
-    received = state.get("received")
-    if not isinstance(received, list) or not all(
-        isinstance(seq, int) and not isinstance(seq, bool) and seq > counts["batches"]
-        for seq in received
-    ):
-        raise ValueError(
-            "DataLoader state field 'received' should be a list of the batch numbers past "
-            "'batches' that were received"
-        )
-    base_seed = state.get("base_seed")
-    if in_progress and (not isinstance(base_seed, int) or isinstance(base_seed, bool)):
-        raise ValueError("DataLoader state in progress needs an int 'base_seed'")
-    return in_progress, counts["epoch"], counts["batches"], received, base_seed or 0
 
 
 def _check_batch_size(batch_size: Any) -> None:

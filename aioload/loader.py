@@ -18,7 +18,8 @@ import numpy as np
 
 from aioload.backends.base import Completion
 from aioload.backends.inline import InlineBackend
-from aioload.backends.processes import ProcessBackend, WorkerPool, start_method_context
+from aioload.backends.pool import WorkerPool, start_method_context
+from aioload.backends.processes import ProcessBackend
 from aioload.checkpoint import (
     STATE_VERSION,
     EpochStart,

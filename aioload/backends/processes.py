@@ -1,8 +1,9 @@
 """The process backend (``num_workers > 0``): fetches run in worker processes.
 
-:class:`WorkerPool` owns the processes: it starts them (the setup pickled once
-for all of them), replaces one that died, and stops them all. A pool lives for
-one epoch, or for the loader's life with ``persistent_workers=True``.
+:class:`~aioload.backends.pool.WorkerPool` owns the processes: it starts them
+(the setup pickled once for all of them), replaces one that died, and stops
+them all. A pool lives for one epoch, or for the loader's life with
+``persistent_workers=True``.
 
 :class:`ProcessBackend` is one epoch's use of a pool, behind the scheduler's
 :class:`~aioload.backends.base.Backend` interface:
@@ -30,41 +31,29 @@ a short-lived thread, so the loop (possibly the caller's) never blocks.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import itertools
-import multiprocessing
-import multiprocessing.context
-import multiprocessing.util  # before our atexit handler (see _stop_every_pool)
 import pickle
 import signal
-import socket
-import sys
 import threading
-import time
-import weakref
 from collections.abc import Callable
-from multiprocessing import forkserver
 from typing import Any, TypeVar
 
 import anyio.abc
 
+from aioload.backends import pool as pool_module
 from aioload.backends.base import Completion
-from aioload.transport import SegmentReader
+from aioload.backends.pool import WorkerPool, _Handle
 from aioload.wire import (
     Command,
     Result,
     command_frame,
     receive_results,
-    result_socket_pair,
 )
-from aioload.worker import ErrorReport, SkippedBatch, StreamBatch, WorkerSetup, worker_main
+from aioload.worker import ErrorReport, SkippedBatch, StreamBatch
 
-__all__ = ["ProcessBackend", "WorkerCrashedError", "WorkerError", "WorkerPool"]
+__all__ = ["ProcessBackend", "WorkerCrashedError", "WorkerError"]
 
 T = TypeVar("T")
-
-_STOP_GRACE = 2.0  # seconds a worker gets to exit after STOP before it is terminated
-_TERMINATE_GRACE = 1.0  # then after SIGTERM, before SIGKILL
 
 
 class WorkerCrashedError(RuntimeError):
@@ -111,269 +100,6 @@ def _describe_exit(exitcode: int | None) -> str:
             name = f"signal {-exitcode}"
         return f"was killed by {name}"
     return f"exited with code {exitcode}"
-
-
-def _unpicklable_part(obj: Any, path: str, depth: int = 0) -> tuple[str, Any, BaseException] | None:
-    """The deepest attribute path under ``obj`` that cannot be pickled, the object, its error."""
-    try:
-        pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as error:
-        if depth < 6:
-            parts: list[tuple[str, Any]] = []
-            state = getattr(obj, "__dict__", None)
-            if isinstance(state, dict):
-                parts = [(f"{path}.{name}", value) for name, value in state.items()]
-            elif isinstance(obj, dict):
-                parts = [(f"{path}[{key!r}]", value) for key, value in obj.items()]
-            elif isinstance(obj, list | tuple):
-                parts = [(f"{path}[{index}]", value) for index, value in enumerate(obj)]
-            for part_path, value in parts:
-                found = _unpicklable_part(value, part_path, depth + 1)
-                if found is not None:
-                    return found
-        return path, obj, error
-    return None
-
-
-def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
-    """Pickles ``setup`` once for every worker; a failure names the object at fault."""
-    try:
-        return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as error:
-        found = None
-        for name in ("dataset", "collate_fn", "worker_init_fn", "policy"):
-            found = _unpicklable_part(getattr(setup, name), name)
-            if found is not None:
-                break
-        path, culprit, cause = found if found is not None else ("the worker setup", setup, error)
-        message = (
-            f"cannot send {path} to the worker processes: the {start_method!r} start method "
-            f"pickles the dataset, collate_fn and worker_init_fn, and {path} (a "
-            f"{type(culprit).__module__}.{type(culprit).__qualname__}) cannot be pickled: "
-            f"{cause}. Create such objects lazily "
-            "inside the worker (see aioload.get_worker_info()), or use "
-            "multiprocessing_context='fork'."
-        )
-        try:
-            replacement = type(error)(message)
-        except Exception:
-            replacement = TypeError(message)
-        raise replacement from error
-
-
-class _Handle:
-    """The loader's end of one worker process."""
-
-    def __init__(self, worker_id: int) -> None:
-        self.id = worker_id
-        self.process: multiprocessing.process.BaseProcess | None = None  # set when started
-        self.commands, self.worker_commands = socket.socketpair()
-        self.results, self.worker_results = result_socket_pair()
-        self.commands.setblocking(False)
-        self.results.setblocking(False)
-        self.backlog = bytearray()  # command bytes the socket could not take yet
-        self.reader: SegmentReader | None = None
-
-    @property
-    def started(self) -> bool:
-        return self.process is not None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.process is None else self.process.pid
-
-    def close_worker_ends(self) -> None:
-        self.worker_commands.close()
-        self.worker_results.close()
-
-    def close(self) -> None:
-        self.close_worker_ends()
-        self.commands.close()
-        self.results.close()
-        if self.reader is not None:
-            self.reader.close()
-
-
-_live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
-_exiting = False
-
-
-@atexit.register
-def _stop_every_pool() -> None:
-    """Stops every worker before multiprocessing's own exit handler joins them.
-
-    An epoch may still run in a daemon thread at exit; without this, it would
-    see its workers die under multiprocessing's exit handler and restart them.
-    Registered after ``multiprocessing.util`` is imported, so it runs before
-    that module's handler (atexit runs handlers last-in, first-out).
-    """
-    global _exiting
-    _exiting = True
-    for pool in list(_live_pools):
-        pool.shutdown()
-
-
-class WorkerPool:
-    """The worker processes of a loader (see the module docstring).
-
-    Args:
-        setup: what every worker receives.
-        context: the multiprocessing context that starts them.
-        base_seed: worker ``i`` seeds its generators with ``base_seed + i``.
-        keep_free: idle shared-memory segments kept per worker for reuse.
-    """
-
-    def __init__(
-        self,
-        setup: WorkerSetup,
-        context: multiprocessing.context.BaseContext,
-        base_seed: int,
-        keep_free: int,
-    ) -> None:
-        self._setup = setup
-        self._context = context
-        self._method = context.get_start_method()
-        self.base_seed = base_seed
-        self._keep_free = keep_free
-        self._blob: bytes | None = None
-        self._lock = threading.Lock()
-        self.workers = [self._new_handle(i) for i in range(setup.num_workers)]
-        self.closed = False
-        # A persistent pool serves one epoch at a time (see claim/release).
-        self._owner_lock = threading.Lock()
-        self._owner: tuple[asyncio.AbstractEventLoop, Callable[[str], None]] | None = None
-        self._free = threading.Event()
-        self._free.set()
-        self._close_requested = False
-        _live_pools.add(self)
-
-    def _new_handle(self, worker_id: int) -> _Handle:
-        handle = _Handle(worker_id)
-        handle.reader = SegmentReader(self._keep_free)
-        return handle
-
-    def replace(self, handle: _Handle) -> _Handle:
-        """A fresh, not yet started handle for ``handle``'s worker id (the old one is closed)."""
-        with self._lock:
-            if self.closed:
-                raise RuntimeError("the DataLoader's worker pool is closed")
-            self._retire(handle)
-            new = self._new_handle(handle.id)
-            self.workers[handle.id] = new
-            return new
-
-    def start(self, handles: list[_Handle]) -> None:
-        """Starts the processes of ``handles`` (blocking: call it in a thread)."""
-        with self._lock:
-            if self.closed:
-                raise RuntimeError("the DataLoader's worker pool is closed")
-            warm_forkserver(self._context)
-            setup: WorkerSetup | bytes = self._setup
-            if self._method != "fork":
-                if self._blob is None:
-                    self._blob = pickle_setup(self._setup, self._method)
-                setup = self._blob
-            for handle in handles:
-                if handle.started:
-                    continue
-                process = self._context.Process(  # type: ignore[attr-defined]
-                    target=worker_main,
-                    args=(
-                        handle.id,
-                        self.base_seed + handle.id,
-                        setup,
-                        handle.worker_commands,
-                        handle.worker_results,
-                    ),
-                    name=f"aioload-worker-{handle.id}",
-                    daemon=True,
-                )
-                process.start()
-                handle.process = process
-                # The child has its own copies now; ours would hide its exit (no EOF).
-                handle.close_worker_ends()
-
-    def claim(self, loop: asyncio.AbstractEventLoop, stop: Callable[[str], None]) -> bool:
-        """Makes the caller's epoch the pool's only user, or asks the current one to stop.
-
-        Returns False (after calling the owner's ``stop`` with the reason) while
-        another epoch still holds the pool — an iterator that was dropped but
-        has not finished closing; the caller retries.
-        """
-        with self._owner_lock:
-            owner = self._owner
-            if owner is None:
-                self._owner = (loop, stop)
-                self._free.clear()
-                return True
-        owner[1]("a new iteration of the same DataLoader (persistent_workers=True) started")
-        return False
-
-    def release(self) -> bool:
-        """The owning epoch lets go; True when the pool was closed meanwhile (shut it down)."""
-        with self._owner_lock:
-            self._owner = None
-            self._free.set()
-            return self._close_requested
-
-    def close(self) -> None:
-        """Stops the owning epoch if any, then every worker (see :meth:`shutdown`).
-
-        Called on the owning epoch's own loop (``with loader: async for ...:
-        break``) it cannot wait for that epoch, which ends on a later turn of
-        the loop: the epoch shuts the pool down when it lets go.
-        """
-        with self._owner_lock:
-            owner = self._owner
-            self._close_requested = owner is not None
-        if owner is not None:
-            loop, stop = owner
-            stop("the DataLoader was closed")
-            try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                return
-            self._free.wait(_STOP_GRACE)
-        self.shutdown()
-
-    def shutdown(self) -> None:
-        """Stops every worker: asks, then terminates, then kills (blocking)."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            for handle in self.workers:
-                self._ask_to_stop(handle)
-            deadline = time.monotonic() + _STOP_GRACE
-            for handle in self.workers:
-                if handle.process is not None:
-                    handle.process.join(max(0.0, deadline - time.monotonic()))
-            for handle in self.workers:
-                self._retire(handle)
-
-    def _ask_to_stop(self, handle: _Handle) -> None:
-        try:
-            handle.commands.send(command_frame(Command.STOP))
-        except OSError:
-            pass  # full or closed: closing the socket below says the same
-        handle.commands.close()
-
-    def _retire(self, handle: _Handle) -> None:
-        """Makes sure ``handle``'s process is gone and reaped, and frees its resources."""
-        self._ask_to_stop(handle)
-        process = handle.process
-        if process is not None:
-            process.join(0)
-            if process.exitcode is None:
-                process.terminate()
-                process.join(_TERMINATE_GRACE)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
-            process.close()
-        handle.close()
 
 
 async def _in_thread(function: Callable[[], T]) -> T:
@@ -702,7 +428,7 @@ class ProcessBackend:
 
     def _on_death(self, handle: _Handle) -> None:
         self._unwatch(handle)
-        if self._closing or self._failed or handle not in self._attached or _exiting:
+        if self._closing or self._failed or handle not in self._attached or pool_module.exiting:
             return  # at exit the workers are being stopped on purpose
         self._on_results(handle)  # what it sent before dying still counts
         self._attached.remove(handle)
@@ -740,49 +466,3 @@ class ProcessBackend:
             self._held[new.id][seq] = batch_keys
             self._send(new, command_frame(Command.FETCH, self._epoch, seq, batch_keys))
         self._tg.start_soon(self._start, [new])
-
-
-def start_method_context(
-    context: multiprocessing.context.BaseContext | str | None,
-) -> multiprocessing.context.BaseContext:
-    """The context workers start with: the given one, or ``forkserver`` (see the loader docs)."""
-    if isinstance(context, multiprocessing.context.BaseContext):
-        return context
-    if context is None:
-        methods = multiprocessing.get_all_start_methods()
-        context = "forkserver" if "forkserver" in methods else "spawn"
-    return multiprocessing.get_context(context)
-
-
-def warm_forkserver(context: multiprocessing.context.BaseContext) -> None:
-    """Starts the fork server now, with what workers import preloaded, so workers start fast.
-
-    Preloaded: aioload's worker code, and the third-party packages this process
-    has imported (torch, say). A worker still runs the main script again, as
-    with ``spawn`` (Python 3.11's fork server never preloads it: it drops the
-    preparation data's ``init_main_from_path`` and ``sys_path``), but the
-    script's heavy imports are then already done. Only a package that imports
-    cleanly here is listed; one that fails in the server is skipped there.
-    """
-    if context.get_start_method() != "forkserver":
-        return
-    # multiprocessing has no public way to read the preload list or to ask whether
-    # the server runs; only a server that is not running yet takes a preload list.
-    server = getattr(forkserver, "_forkserver", None)
-    if server is not None and getattr(server, "_forkserver_pid", 0) is None:
-        preload = list(getattr(server, "_preload_modules", ["__main__"]))
-        wanted = ["aioload.worker", *_imported_packages()]
-        context.set_forkserver_preload(list(dict.fromkeys([*preload, *wanted])))
-    forkserver.ensure_running()
-
-
-def _imported_packages() -> list[str]:
-    """The top-level third-party packages (from site-packages) this process has imported."""
-    packages = []
-    for name, module in list(sys.modules.items()):
-        if "." in name or name.startswith("_"):
-            continue
-        path = getattr(module, "__file__", None) or ""
-        if "site-packages" in path or "dist-packages" in path:
-            packages.append(name)
-    return sorted(packages)

@@ -183,64 +183,26 @@ class SegmentWriter:
         data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         raws = [buffer.raw() for buffer in buffers]
         segment = arena.segment if arena is not None else None
-        spans: list[tuple[int, int] | None] = [None] * len(raws)
-        position = 0
+        kept: list[int | None] = [None] * len(raws)  # offsets of buffers already in place
+        start = 0
         if segment is not None and arena is not None:
-            position = arena.used
-            low, high = segment.address, segment.address + arena.used
-            for index, raw in enumerate(raws):
-                address = _address_of(raw)
-                if low <= address and address + raw.nbytes <= high:
-                    spans[index] = (address - low, raw.nbytes)
-        for index, raw in enumerate(raws):
-            if spans[index] is None:
-                position = _aligned(position)
-                spans[index] = (position, raw.nbytes)
-                position += raw.nbytes
-        layout_at = _aligned(position)
-        end = layout_at + _LAYOUT.size + _SPAN.size * len(raws) + len(data)
-        if segment is None or end > segment.size:
+            start = arena.used
+            kept = [_offset_within(segment.address, arena.used, raw) for raw in raws]
+        spans, layout_at, end = _lay_out(raws, kept, start, len(data))
+        target = segment
+        if target is None or end > target.size:
             # No arena, or it overflowed: everything goes into one new segment.
-            written = self._write_anew(data, raws)
-            if arena is not None:
-                arena.release()
-            return written
-        self._copy_outside(segment, raws, spans, arena)
-        self._write_layout(segment, layout_at, data, spans)  # type: ignore[arg-type]
+            kept = [None] * len(raws)
+            spans, layout_at, end = _lay_out(raws, kept, 0, len(data))
+            target = self.take(size_class(end))
+        for raw, (offset, length), in_place in zip(raws, spans, kept, strict=True):
+            if in_place is None:
+                target.mapping[offset : offset + length] = raw
+        self._write_layout(target, layout_at, data, spans)
+        if arena is not None and target is not segment:
+            arena.release()
         self.expected_size = end
-        return Written(segment.id, segment.size, layout_at, self._first_use(segment))
-
-    def _write_anew(self, data: bytes, raws: list[memoryview]) -> Written:
-        spans = []
-        position = 0
-        for raw in raws:
-            position = _aligned(position)
-            spans.append((position, raw.nbytes))
-            position += raw.nbytes
-        layout_at = _aligned(position)
-        end = layout_at + _LAYOUT.size + _SPAN.size * len(raws) + len(data)
-        segment = self.take(size_class(end))
-        self._copy_outside(segment, raws, spans, None)
-        self._write_layout(segment, layout_at, data, spans)
-        self.expected_size = end
-        return Written(segment.id, segment.size, layout_at, self._first_use(segment))
-
-    @staticmethod
-    def _copy_outside(
-        segment: _Segment,
-        raws: list[memoryview],
-        spans: list[tuple[int, int]] | list[tuple[int, int] | None],
-        arena: Arena | None,
-    ) -> None:
-        """Copies the buffers that are not already in the arena into their places."""
-        used = arena.used if arena is not None else 0
-        base = segment.address
-        for raw, span in zip(raws, spans, strict=True):
-            assert span is not None
-            offset, length = span
-            if arena is not None and offset + length <= used and _address_of(raw) == base + offset:
-                continue  # collated in place
-            segment.mapping[offset : offset + length] = raw
+        return Written(target.id, target.size, layout_at, self._first_use(target))
 
     @staticmethod
     def _write_layout(
@@ -283,6 +245,29 @@ class SegmentWriter:
             segment = self._segments.pop(segment_id, None)
             if segment is not None:
                 segment.close()
+
+
+def _offset_within(base: int, used: int, raw: memoryview) -> int | None:
+    """Where ``raw`` lies in the ``used`` bytes at ``base``, or None if it lies elsewhere."""
+    address = _address_of(raw)
+    if base <= address and address + raw.nbytes <= base + used:
+        return address - base
+    return None
+
+
+def _lay_out(
+    raws: list[memoryview], kept: list[int | None], start: int, pickle_length: int
+) -> tuple[list[tuple[int, int]], int, int]:
+    """Spans of the buffers (those not kept in place go from ``start`` on), layout offset, end."""
+    spans = []
+    position = start
+    for raw, offset in zip(raws, kept, strict=True):
+        if offset is None:
+            offset = position = _aligned(position)
+            position += raw.nbytes
+        spans.append((offset, raw.nbytes))
+    layout_at = _aligned(position)
+    return spans, layout_at, layout_at + _LAYOUT.size + _SPAN.size * len(raws) + pickle_length
 
 
 def _address_of(raw: memoryview) -> int:

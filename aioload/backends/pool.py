@@ -86,7 +86,7 @@ def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
 class _Handle:
     """The loader's end of one worker process."""
 
-    def __init__(self, worker_id: int) -> None:
+    def __init__(self, worker_id: int, keep_free: int) -> None:
         self.id = worker_id
         self.process: multiprocessing.process.BaseProcess | None = None  # set when started
         self.commands, self.worker_commands = socket.socketpair()
@@ -94,7 +94,7 @@ class _Handle:
         self.commands.setblocking(False)
         self.results.setblocking(False)
         self.backlog = bytearray()  # command bytes the socket could not take yet
-        self.reader: SegmentReader | None = None
+        self.reader = SegmentReader(keep_free)  # maps the segments this worker sends
 
     @property
     def started(self) -> bool:
@@ -112,8 +112,7 @@ class _Handle:
         self.close_worker_ends()
         self.commands.close()
         self.results.close()
-        if self.reader is not None:
-            self.reader.close()
+        self.reader.close()
 
 
 _live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
@@ -159,7 +158,7 @@ class WorkerPool:
         self._keep_free = keep_free
         self._blob: bytes | None = None
         self._lock = threading.Lock()
-        self.workers = [self._new_handle(i) for i in range(setup.num_workers)]
+        self.workers = [_Handle(i, keep_free) for i in range(setup.num_workers)]
         self.closed = False
         # A persistent pool serves one epoch at a time (see claim/release).
         self._owner_lock = threading.Lock()
@@ -169,18 +168,13 @@ class WorkerPool:
         self._close_requested = False
         _live_pools.add(self)
 
-    def _new_handle(self, worker_id: int) -> _Handle:
-        handle = _Handle(worker_id)
-        handle.reader = SegmentReader(self._keep_free)
-        return handle
-
     def replace(self, handle: _Handle) -> _Handle:
         """A fresh, not yet started handle for ``handle``'s worker id (the old one is closed)."""
         with self._lock:
             if self.closed:
                 raise RuntimeError("the DataLoader's worker pool is closed")
             self._retire(handle)
-            new = self._new_handle(handle.id)
+            new = _Handle(handle.id, self._keep_free)
             self.workers[handle.id] = new
             return new
 

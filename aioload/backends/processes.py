@@ -313,11 +313,9 @@ class ProcessBackend:
 
     def _send(self, handle: _Handle, frame: bytes) -> None:
         """Sends ``frame`` without blocking; what does not fit waits for the socket."""
-        reader = handle.reader
-        if reader is not None:
-            recycle, drop = reader.take_returned()
-            if recycle or drop:
-                frame = command_frame(Command.RECYCLE, recycle, drop) + frame
+        recycle, drop = handle.reader.take_returned()
+        if recycle or drop:
+            frame = command_frame(Command.RECYCLE, recycle, drop) + frame
         if handle.backlog:
             handle.backlog += frame
             return
@@ -372,7 +370,6 @@ class ProcessBackend:
             self._loop.remove_reader(handle.results)
         held = self._held[handle.id]
         reader = handle.reader
-        assert reader is not None
         for kind, epoch, seq, segment, size, layout_at, fd in results:
             if kind == Result.START_FAILED:
                 self._fail(self._rebuild_error(handle, reader.read(segment, size, layout_at, fd)))

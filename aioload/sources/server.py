@@ -1,0 +1,352 @@
+"""ObjectServer: a small HTTP object server for tests, demos and benchmarks.
+
+It serves the files under a folder by path (``GET``/``HEAD``, single byte
+ranges with ``206``), and can inject a fixed latency before every answer and
+answer a random share of requests with an error status (``503`` by default),
+which is what latency and retry tests need. obstore reads it as an
+``http://`` store.
+
+It runs in a child Python process with its own uvloop
+loop, so that serving costs no CPU on the loader's loop or GIL, and the
+process goes when the server is stopped, when the ``with`` block ends, or
+when its parent dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import email.utils
+import json
+import os
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+from urllib.parse import unquote
+
+__all__ = ["ObjectServer", "die_with_parent"]
+
+STATS_PATH = "/.aioload-stats"
+CONTROL_PATH = "/.aioload-control"
+_START_TIMEOUT = 60.0
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child get SIGTERM when its parent dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    set_death_signal = 1  # PR_SET_PDEATHSIG
+    term = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(set_death_signal, term)
+
+    return preexec
+
+
+class ObjectServer:
+    """Serves the files under ``root_folder`` over HTTP on 127.0.0.1, in a child process.
+
+    Args:
+        root_folder: the folder whose files are served; ``GET /a/b.bin``
+            answers the file ``root_folder/a/b.bin``. Files may be added while
+            it runs.
+        latency: seconds every request waits before it is answered.
+        error_rate: the share of requests (0 to 1) answered with
+            ``error_status`` instead, drawn from a generator seeded with ``seed``.
+        seed: the seed of the error draws.
+        error_status: the status of injected errors (503; 429, 500 ...).
+
+    Attributes:
+        url: ``http://127.0.0.1:PORT`` once started.
+
+    Example::
+
+        with ObjectServer("data", latency=0.02, error_rate=0.1) as server:
+            dataset = ObjectDataset(server.url + "/objects/", keys=keys)
+            ...
+            server.stats()   # {'requests': ..., 'errors': ...}
+            server.configure(error_rate=0.0)
+    """
+
+    def __init__(
+        self,
+        root_folder: str | os.PathLike[str],
+        *,
+        latency: float = 0.0,
+        error_rate: float = 0.0,
+        seed: int = 0,
+        error_status: int = 503,
+    ) -> None:
+        root = os.fspath(root_folder)
+        if not os.path.isdir(root):
+            raise ValueError(f"root_folder should be an existing folder; got {root!r}")
+        if not latency >= 0:
+            raise ValueError(f"latency should be >= 0 seconds; got {latency!r}")
+        if not 0.0 <= error_rate <= 1.0:
+            raise ValueError(f"error_rate should be between 0 and 1; got {error_rate!r}")
+        _check_status(error_status)
+        self.root_folder = os.path.abspath(root)
+        self.latency = float(latency)
+        self.error_rate = float(error_rate)
+        self.seed = seed
+        self.error_status = error_status
+        self.port: int | None = None
+        self._process: Any = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (the server must be started)."""
+        if self.port is None:
+            raise RuntimeError("the ObjectServer is not running: use it in a with block")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id (None when not running)."""
+        return None if self._process is None else int(self._process.pid)
+
+    def start(self) -> ObjectServer:
+        """Starts the server process and waits until it listens; returns self."""
+        if self._process is not None:
+            raise RuntimeError("the ObjectServer is already running")
+        settings = {
+            "root": self.root_folder,
+            "latency": self.latency,
+            "error_rate": self.error_rate,
+            "seed": self.seed,
+            "error_status": self.error_status,
+            "parent": os.getpid(),
+        }
+        # A fresh interpreter running this file, not multiprocessing: no re-import of the
+        # caller's main script, nothing inherited from a parent that runs threads, and no
+        # import of aioload itself (this module needs only the standard library and aiohttp).
+        process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), json.dumps(settings)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            preexec_fn=die_with_parent(),
+        )
+        self._process = process
+        assert process.stdout is not None
+        try:
+            ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT)
+            line = process.stdout.readline() if ready else b""
+        except BaseException:
+            self.stop()
+            raise
+        if not line.strip().isdigit():
+            self.stop()
+            reason = "timed out" if not ready else f"it said {line.decode(errors='replace')!r}"
+            raise RuntimeError(f"the ObjectServer could not start ({reason})")
+        self.port = int(line)
+        return self
+
+    def stop(self) -> None:
+        """Stops the server process and waits for it to end."""
+        process, self._process = self._process, None
+        self.port = None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+    def stats(self) -> dict[str, int]:
+        """Requests answered so far and injected errors among them."""
+        with urllib.request.urlopen(self.url + STATS_PATH, timeout=10) as answer:
+            stats: dict[str, int] = json.loads(answer.read())
+        return stats
+
+    def configure(
+        self,
+        *,
+        latency: float | None = None,
+        error_rate: float | None = None,
+        error_status: int | None = None,
+    ) -> None:
+        """Changes the injected latency or errors of the running server (None: unchanged)."""
+        changes: dict[str, Any] = {}
+        if latency is not None:
+            if not latency >= 0:
+                raise ValueError(f"latency should be >= 0 seconds; got {latency!r}")
+            changes["latency"] = self.latency = float(latency)
+        if error_rate is not None:
+            if not 0.0 <= error_rate <= 1.0:
+                raise ValueError(f"error_rate should be between 0 and 1; got {error_rate!r}")
+            changes["error_rate"] = self.error_rate = float(error_rate)
+        if error_status is not None:
+            _check_status(error_status)
+            changes["error_status"] = self.error_status = error_status
+        request = urllib.request.Request(
+            self.url + CONTROL_PATH, data=json.dumps(changes).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+
+    def __enter__(self) -> ObjectServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self.url if self.port is not None else "not running"
+        return f"ObjectServer({self.root_folder!r}, {where})"
+
+
+def _check_status(status: Any) -> None:
+    if not isinstance(status, int) or not 400 <= status <= 599:
+        raise ValueError(f"error_status should be an HTTP error status (4xx, 5xx); got {status!r}")
+
+
+# -- the child process --------------------------------------------------------------
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """``(start, end)`` (end exclusive) of a ``bytes=`` range; None when unsatisfiable."""
+    unit, _, spec = header.partition("=")
+    if unit.strip() != "bytes" or "," in spec:
+        return None
+    first, _, last = spec.strip().partition("-")
+    if not first:  # a suffix: the last N bytes
+        length = int(last)
+        return (max(0, size - length), size) if length > 0 and size > 0 else None
+    start = int(first)
+    end = size if not last else min(size, int(last) + 1)
+    return (start, end) if start < size and start < end else None
+
+
+async def _main(
+    settings: dict[str, Any],
+) -> None:
+    from aiohttp import web
+
+    root = os.path.realpath(settings["root"])
+    draws = random.Random(settings["seed"])
+    counts = {"requests": 0, "errors": 0}
+    # request path -> (file, mtime_ns, size, body, headers): a file is resolved, read and
+    # described once, and only checked with one stat() per request after that.
+    cache: dict[str, tuple[str, int, int, bytes, dict[str, str]]] = {}
+
+    def read(request_path: str) -> tuple[bytes, dict[str, str]] | None:
+        cached = cache.get(request_path)
+        if cached is not None:
+            path, mtime, size, body, headers = cached
+            try:
+                status = os.stat(path)
+            except OSError:
+                status = None
+            if status is not None and (status.st_mtime_ns, status.st_size) == (mtime, size):
+                return body, headers
+        path = os.path.realpath(os.path.join(root, unquote(request_path).lstrip("/")))
+        if not path.startswith(root + os.sep) or not os.path.isfile(path):
+            return None
+        try:
+            status = os.stat(path)
+            with open(path, "rb") as file:
+                body = file.read()
+        except OSError:
+            return None
+        headers = {
+            "Last-Modified": email.utils.formatdate(status.st_mtime, usegmt=True),
+            "ETag": f'"{status.st_mtime_ns:x}-{len(body):x}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
+        cache[request_path] = (path, status.st_mtime_ns, len(body), body, headers)
+        return body, headers
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        if request.path == STATS_PATH:
+            return web.Response(text=json.dumps(counts), content_type="application/json")
+        if request.path == CONTROL_PATH and request.method == "POST":
+            settings.update(json.loads(await request.read()))
+            return web.Response(text="ok\n")
+        counts["requests"] += 1
+        latency, error_rate = settings["latency"], settings["error_rate"]
+        if latency:
+            await asyncio.sleep(latency)
+        if error_rate and draws.random() < error_rate:
+            counts["errors"] += 1
+            return web.Response(status=settings["error_status"], text="injected error\n")
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, headers={"Allow": "GET, HEAD"})
+        found = read(request.path)
+        if found is None:
+            return web.Response(status=404, text="no such object\n")
+        body, headers = found
+        size = len(body)
+        code = 200
+        wanted = request.headers.get("Range")
+        if wanted is not None:
+            try:
+                bounds = _parse_range(wanted, size)
+            except ValueError:
+                bounds = None
+            if bounds is None:
+                return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
+            start, end = bounds
+            headers = {**headers, "Content-Range": f"bytes {start}-{end - 1}/{size}"}
+            body, code = body[start:end], 206
+        if request.method == "HEAD":
+            headers = {**headers, "Content-Length": str(len(body))}
+            return web.Response(status=code, headers=headers)
+        return web.Response(status=code, body=body, headers=headers)
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    server = web.Server(handle)
+    runner = web.ServerRunner(server, handle_signals=False)
+    await runner.setup()
+    site = web.SockSite(runner, listener, backlog=4096)
+    await site.start()
+    sys.stdout.write(f"{listener.getsockname()[1]}\n")
+    sys.stdout.flush()
+    try:
+        # A parent killed outright cannot stop us: notice that it is gone.
+        while os.getppid() == settings["parent"]:
+            await asyncio.sleep(0.5)
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    """The server process: serves until terminated or until its parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    settings = json.loads(sys.argv[1])
+    try:
+        import uvloop
+
+        uvloop.run(_main(settings))
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
+        asyncio.run(_main(settings))
+
+
+if __name__ == "__main__":
+    # Run as a script: its folder heads sys.path, where its sibling modules would shadow
+    # any top-level module of the same name.
+    sys.path.pop(0)
+    main()

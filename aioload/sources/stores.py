@@ -1,0 +1,511 @@
+"""URLs to obstore stores, the credential guard, and errors that name the URL and key.
+
+:func:`open_store` turns ``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+``file://`` and ``memory://`` URLs into an obstore store rooted at the bucket
+(or host, or filesystem root) and the key prefix the URL names. Options come
+from keyword arguments or from the environment variables obstore reads itself
+(``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ...).
+
+Why a guard: an S3, GCS or Azure store built without credentials asks the
+cloud's instance-metadata service for them, at a link-local address, on its
+first request. Off a cloud VM that is a slow, confusing failure (and traffic
+to an address nobody meant to reach), so :func:`open_store` refuses to build
+such a store unless the caller passes credentials, ``skip_signature=True``
+(public data), a ``credential_provider``, or ``metadata_credentials=True``
+(on a cloud VM, to use its role).
+
+Why translate errors: obstore's exceptions carry a long debug dump and name the
+path relative to the store. :func:`translate` turns them into the built-in
+type a user catches (``FileNotFoundError``, ``PermissionError``,
+``ConnectionError``, ``TimeoutError``, ``ValueError``) with a one-line message
+naming the full URL of the object, and keeps obstore's error as the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+import obstore
+import obstore.exceptions
+from obstore.store import (
+    AzureStore,
+    GCSStore,
+    HTTPStore,
+    LocalStore,
+    MemoryStore,
+    ObjectStore,
+    S3Store,
+)
+
+__all__ = [
+    "DEFAULT_RETRY_CONFIG",
+    "StoreLocation",
+    "is_transient",
+    "join_key",
+    "open_store",
+    "raise_translated",
+    "store_url",
+    "translate",
+]
+
+DEFAULT_RETRY_CONFIG: dict[str, Any] = {
+    "max_retries": 5,
+    "backoff": {
+        "init_backoff": timedelta(milliseconds=50),
+        "max_backoff": timedelta(seconds=2),
+        "base": 2,
+    },
+    "retry_timeout": timedelta(seconds=30),
+}
+"""obstore's retry of transient failures (5xx, 429, connection errors, timeouts) in aioload.
+
+obstore's own default (10 retries over up to 3 minutes) keeps an unreachable
+endpoint silent for about a minute; this one gives up after about 2 seconds of
+refused connections while still riding out a busy server. Pass
+``retry_config=`` to change it.
+"""
+
+_S3_SCHEMES = ("s3", "s3a")
+_AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
+_SCHEMES = (*_S3_SCHEMES, "gs", *_AZURE_SCHEMES, "http", "https", "file", "memory")
+
+# Options that say where a store's credentials come from, per kind of store; with none of
+# them (as an argument or in the environment) obstore would ask the instance metadata.
+_S3_CREDENTIALS = ("access_key_id", "skip_signature", "web_identity_token_file")
+_S3_CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SKIP_SIGNATURE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+_GCS_CREDENTIALS = (
+    "service_account",
+    "service_account_key",
+    "application_credentials",
+    "bearer_token",
+    "skip_signature",
+)
+_GCS_CREDENTIAL_ENV = (
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_BEARER_TOKEN",
+    "GOOGLE_SKIP_SIGNATURE",
+)
+_AZURE_CREDENTIALS = (
+    "account_key",
+    "sas_key",
+    "token",
+    "client_secret",
+    "use_emulator",
+    "use_azure_cli",
+    "federated_token_file",
+    "skip_signature",
+)
+_AZURE_CREDENTIAL_ENV = (
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_STORAGE_USE_EMULATOR",
+    "AZURE_USE_AZURE_CLI",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_SKIP_SIGNATURE",
+)
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
+    """The obstore store for ``url`` and the key prefix the URL names.
+
+    The store is rooted at the bucket (``s3://``, ``gs://``), the container
+    (``az://container``, the account from the options or the environment),
+    the host (``http(s)://``), the filesystem root (``file://``) or a new
+    in-memory store (``memory://``); the prefix is the rest of the URL's
+    path, without a leading slash.
+
+    Args:
+        url: e.g. ``"s3://bucket/train/"``, ``"gs://bucket/shards"``,
+            ``"http://127.0.0.1:8000/data"``, ``"file:///data/train"``.
+        **options: store options, else from the environment (obstore reads the
+            ``AWS_*``, ``GOOGLE_*``, ``AZURE_*`` variables): ``endpoint``,
+            ``access_key_id``, ``secret_access_key``, ``session_token``,
+            ``region``, ``skip_signature`` (anonymous requests), any other key
+            of obstore's store configuration; ``allow_http`` (plain-HTTP
+            endpoints; on by itself for an ``http://`` endpoint or URL),
+            ``client_options``, ``retry_config`` (its keys override those
+            of :data:`DEFAULT_RETRY_CONFIG`), ``credential_provider``, and
+            ``metadata_credentials=True`` to let obstore fetch credentials
+            from the cloud's instance-metadata service.
+
+    Raises:
+        ValueError: an unsupported or malformed URL, or no credentials for a
+            cloud store (see the module docstring).
+        TypeError: an option the store does not know.
+
+    Example::
+
+        >>> store, prefix = open_store("memory:///train/")
+        >>> prefix
+        'train/'
+        >>> store, prefix = open_store(
+        ...     "s3://bucket/train", endpoint="http://127.0.0.1:8333",
+        ...     access_key_id="key", secret_access_key="secret", region="us-east-1")
+        >>> prefix
+        'train'
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"the URL should be a str such as 's3://bucket/prefix'; got {url!r}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ValueError(
+            f"unsupported URL {url!r}: the scheme should be one of "
+            f"{', '.join(s + '://' for s in _SCHEMES)}"
+        )
+    options = dict(options)
+    metadata = bool(options.pop("metadata_credentials", False))
+    client: Any = dict(options.pop("client_options", None) or {})
+    allow_http = options.pop("allow_http", None)
+    retry = {**DEFAULT_RETRY_CONFIG, **(options.pop("retry_config", None) or {})}
+    common: dict[str, Any] = {"retry_config": retry}
+    provider = options.pop("credential_provider", None)
+    path = parts.path.lstrip("/")
+    try:
+        if scheme in ("file", "memory"):
+            _no_options(url, options)
+            if scheme == "file":
+                if parts.netloc not in ("", "localhost"):
+                    raise ValueError(f"a file:// URL names no host; got {url!r}")
+                return LocalStore(), path
+            return MemoryStore(), path
+        if scheme in ("http", "https"):
+            _no_options(url, options)
+            if not parts.netloc:
+                raise ValueError(f"the URL {url!r} names no host")
+            if scheme == "http" and allow_http is None:
+                allow_http = True  # the URL itself asks for plain HTTP
+            _client_flag(client, allow_http)
+            store = HTTPStore.from_url(
+                f"{scheme}://{parts.netloc}", client_options=client or None, **common
+            )
+            return store, path
+        if not parts.netloc:
+            raise ValueError(f"the URL {url!r} names no bucket (expected {scheme}://BUCKET/...)")
+        if provider is not None:
+            common["credential_provider"] = provider
+        if scheme in _S3_SCHEMES:
+            endpoint = options.get("endpoint") or _first_env(_ENDPOINT_ENV)
+            if allow_http is None:
+                if os.environ.get("AWS_ALLOW_HTTP", "").lower() in _TRUE:
+                    allow_http = True
+                elif isinstance(endpoint, str) and endpoint.startswith("http://"):
+                    allow_http = True  # an explicit plain-HTTP endpoint (a local server)
+            _client_flag(client, allow_http)
+            _check_credentials(
+                url, options, provider, metadata, _S3_CREDENTIALS, _S3_CREDENTIAL_ENV
+            )
+            s3 = S3Store(parts.netloc, client_options=client or None, **common, **options)
+            return s3, path
+        _client_flag(client, allow_http)
+        if scheme == "gs":
+            _check_credentials(
+                url, options, provider, metadata, _GCS_CREDENTIALS, _GCS_CREDENTIAL_ENV
+            )
+            gcs = GCSStore(parts.netloc, client_options=client or None, **common, **options)
+            return gcs, path
+        # az://CONTAINER/path, the account from the options or AZURE_STORAGE_ACCOUNT_NAME.
+        _check_credentials(
+            url, options, provider, metadata, _AZURE_CREDENTIALS, _AZURE_CREDENTIAL_ENV
+        )
+        azure = AzureStore(parts.netloc, client_options=client or None, **common, **options)
+        return azure, path
+    except obstore.exceptions.UnknownConfigurationKeyError as error:
+        raise TypeError(f"{url}: {_summary(error)}") from error
+    except obstore.exceptions.BaseError as error:
+        raise ValueError(f"{url}: {_summary(error)}") from error
+
+
+def _no_options(url: str, options: Mapping[str, Any]) -> None:
+    if options:
+        raise TypeError(
+            f"{url}: unexpected store options {sorted(options)} (this kind of store takes "
+            "only client_options, retry_config and allow_http)"
+        )
+
+
+def _client_flag(client: dict[str, Any], allow_http: Any) -> None:
+    if allow_http is not None:
+        if not isinstance(allow_http, bool):
+            raise TypeError(f"allow_http should be a bool; got {allow_http!r}")
+        client.setdefault("allow_http", allow_http)
+
+
+def _first_env(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _check_credentials(
+    url: str,
+    options: Mapping[str, Any],
+    provider: Any,
+    metadata: bool,
+    keys: tuple[str, ...],
+    env: tuple[str, ...],
+) -> None:
+    if metadata or provider is not None:
+        return
+    if any(options.get(key) for key in keys) or any(os.environ.get(name) for name in env):
+        return
+    if "config" in options and any(options["config"].get(key) for key in keys):
+        return
+    raise ValueError(
+        f"{url}: no credentials. Pass them as options ({', '.join(keys[:2])}, ...) or in "
+        f"the environment ({', '.join(env[:2])}, ...); skip_signature=True for public data; "
+        "a credential_provider; or metadata_credentials=True to fetch them from the cloud's "
+        "instance-metadata service (on a cloud VM). Without any of these the store would "
+        "query that service at a link-local address on its first request."
+    )
+
+
+def join_key(prefix: str, key: str) -> str:
+    """``key`` under the directory ``prefix`` (``prefix`` may end with ``/`` or not).
+
+    Example::
+
+        >>> join_key("train", "0001.jpg"), join_key("train/", "0001.jpg"), join_key("", "a")
+        ('train/0001.jpg', 'train/0001.jpg', 'a')
+    """
+    if not prefix:
+        return key
+    if prefix.endswith("/"):
+        return prefix + key
+    return f"{prefix}/{key}"
+
+
+def store_url(store: ObjectStore) -> str:
+    """The URL of ``store``'s root, for messages (``s3://bucket/``, ``http://host/`` ...)."""
+    if isinstance(store, S3Store):
+        return f"s3://{store.config.get('bucket', '?')}/"
+    if isinstance(store, GCSStore):
+        return f"gs://{store.config.get('bucket', '?')}/"
+    if isinstance(store, AzureStore):
+        return f"az://{store.config.get('container_name', '?')}/"
+    if isinstance(store, HTTPStore):
+        return str(store.url).rstrip("/") + "/"
+    if isinstance(store, LocalStore):
+        root = store.prefix
+        return f"file://{'' if root is None else root}/"
+    if isinstance(store, MemoryStore):
+        return "memory:///"
+    return f"{type(store).__name__}:"
+
+
+class StoreLocation:
+    """A store, the prefix its keys live under, and how to name its objects in messages.
+
+    Picklable: a store built from a URL is built again (with its own client) in
+    each process that unpickles it, on first use, with the store's environment
+    variables (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) as they were when this
+    location was made: a worker process (started by a fork server, perhaps
+    before they were set) sees the same credentials and endpoint as the
+    caller. A store given as an object travels as obstore pickles it.
+    """
+
+    def __init__(self, url_or_store: Any, options: Mapping[str, Any]) -> None:
+        self._options = dict(options)
+        self._store: Any
+        self._environment: dict[str, str] = {}
+        if isinstance(url_or_store, str):
+            self.url: str | None = url_or_store
+            self._store, self.prefix = open_store(url_or_store, **self._options)
+            self._environment = {
+                name: value
+                for name, value in os.environ.items()
+                if name.startswith(_ENVIRONMENT_PREFIXES)
+            }
+            self.base = store_url(self._store)
+        else:
+            if options:
+                raise TypeError(
+                    f"store options {sorted(options)} were given with a store object; "
+                    "build the store with them, or pass a URL"
+                )
+            _check_store(url_or_store)
+            self.url = None
+            self._store, self.prefix = url_or_store, ""
+            self.base = store_url(url_or_store)
+
+    @property
+    def store(self) -> Any:
+        """The store (built in this process on first use)."""
+        store = self._store
+        if store is None:
+            assert self.url is not None
+            with _environment(self._environment):
+                store, _ = open_store(self.url, **self._options)
+            self._store = store
+        return store
+
+    def key(self, key: str) -> str:
+        """The store path of ``key`` (a key relative to the URL's prefix)."""
+        return join_key(self.prefix, key)
+
+    def describe(self, path: str) -> str:
+        """The full URL of the object at store path ``path``."""
+        return self.base + path
+
+    def relative(self, path: str) -> str:
+        """The key of store path ``path`` relative to the prefix."""
+        prefix = self.prefix
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return path[len(prefix) :] if path.startswith(prefix) else path
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if isinstance(self._store, MemoryStore):
+            raise TypeError(
+                "a MemoryStore cannot be sent to worker processes (each would get an empty "
+                "store): use num_workers=0, or a file:// or remote store"
+            )
+        if self.url is not None:
+            state["_store"] = None  # every process builds its own client
+        return state
+
+
+_ENVIRONMENT_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
+
+
+@contextlib.contextmanager
+def _environment(saved: Mapping[str, str]) -> Iterator[None]:
+    """The store variables of ``os.environ`` as ``saved`` has them, while a store is built.
+
+    obstore reads them once, when a store is built; they are put back right after.
+    """
+    before = {
+        name: value for name, value in os.environ.items() if name.startswith(_ENVIRONMENT_PREFIXES)
+    }
+    if before == saved:
+        yield
+        return
+    for name in before:
+        if name not in saved:
+            del os.environ[name]
+    os.environ.update(saved)
+    try:
+        yield
+    finally:
+        for name in saved:
+            os.environ.pop(name, None)
+        os.environ.update(before)
+
+
+def _check_store(store: Any) -> None:
+    kinds = (S3Store, GCSStore, AzureStore, HTTPStore, LocalStore, MemoryStore)
+    if not isinstance(store, kinds):
+        raise TypeError(
+            "expected a URL (such as 's3://bucket/prefix') or an obstore store "
+            f"({', '.join(k.__name__ for k in kinds)}); got {type(store).__name__}"
+        )
+
+
+# -- errors ------------------------------------------------------------------------------
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_TIMEOUT = re.compile(r"timed out|TimedOut|deadline has elapsed", re.IGNORECASE)
+_CONNECT = re.compile(
+    r"error sending request|connect|connection (reset|closed|refused)|broken pipe",
+    re.IGNORECASE,
+)
+
+
+def _summary(error: BaseException) -> str:
+    """obstore's message without its debug dump and the XML body of the server's answer."""
+    text = str(error).split("\n\nDebug source:", 1)[0]
+    text = text.split(": <?xml", 1)[0]
+    text = " ".join(text.split())
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def translate(error: BaseException, where: str) -> BaseException:
+    """The exception to raise for obstore's ``error`` while reading ``where`` (a full URL).
+
+    The type is the built-in one a caller expects, the message starts with the
+    object's URL, and the attributes ``url`` and ``status`` (the HTTP status, or
+    None) are set:
+
+    - missing object or bucket (404): ``FileNotFoundError``
+    - denied or unauthenticated (401, 403): ``PermissionError``
+    - a byte range outside the object (416), an invalid path: ``ValueError``
+    - a timeout, after obstore's retries: ``TimeoutError``
+    - a server error (5xx, 429) or a refused, reset or failed connection,
+      after obstore's retries: ``ConnectionError``
+    - anything else: ``OSError``
+
+    Non-obstore errors are returned unchanged.
+    """
+    if not isinstance(error, obstore.exceptions.BaseError | FileNotFoundError):
+        return error
+    summary = _summary(error)
+    match = _STATUS.search(summary)
+    status = int(match.group(1)) if match else None
+    kind: type[Exception]
+    if isinstance(error, FileNotFoundError) or status == 404:
+        kind, what = FileNotFoundError, "no such object"
+    elif isinstance(
+        error,
+        obstore.exceptions.PermissionDeniedError | obstore.exceptions.UnauthenticatedError,
+    ) or status in (401, 403):
+        kind, what = PermissionError, "access denied"
+    elif status == 416:
+        kind, what = ValueError, "byte range outside the object"
+    elif isinstance(error, obstore.exceptions.InvalidPathError):
+        kind, what = ValueError, "invalid path"
+    elif status is not None and (status >= 500 or status == 429):
+        kind, what = ConnectionError, f"server error (HTTP {status})"
+    elif _TIMEOUT.search(str(error)):  # obstore says so only in its debug dump
+        kind, what = TimeoutError, "timed out"
+    elif status is None and _CONNECT.search(summary):
+        kind, what = ConnectionError, "cannot reach the server"
+    else:
+        kind, what = OSError, "request failed"
+    translated: Any = kind(f"{where}: {what}: {summary}")
+    translated.url = where
+    translated.status = status
+    return translated  # type: ignore[no-any-return]
+
+
+def raise_translated(error: BaseException, where: str) -> NoReturn:
+    """Raises :func:`translate`'s exception for ``error``, chained to it (or ``error`` itself)."""
+    translated = translate(error, where)
+    if translated is error:
+        raise error
+    raise translated from error
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a read that failed with ``error`` is worth another attempt.
+
+    True for timeouts, connection errors and server errors (5xx, 429 — obstore
+    already retried them); False for a missing object, a denied request, a bad
+    range and other 4xx answers. Use it as the loader's retry predicate for a
+    second line of retries above obstore's::
+
+        DataLoader(dataset, retry=RetryPolicy(attempts=3, retry_on=is_transient))
+    """
+    return isinstance(error, ConnectionError | TimeoutError)

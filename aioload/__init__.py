@@ -33,6 +33,8 @@ from aioload.policy import (
     SkippedItem,
     TooManySkippedError,
 )
+from aioload.progressbar import progress
+from aioload.ranks import rank_and_world_size, split_by_rank_and_worker
 from aioload.samplers import (
     BatchSampler,
     DistributedSampler,
@@ -44,6 +46,7 @@ from aioload.samplers import (
     is_async_sampler,
 )
 from aioload.scheduler import LoaderTimeoutError
+from aioload.stats import IterationStats, LoaderStats
 from aioload.worker import WorkerInfo, get_worker_info
 
 __all__ = [
@@ -60,6 +63,8 @@ __all__ = [
     "FaultPolicy",
     "ItemTimeoutError",
     "IterableDataset",
+    "IterationStats",
+    "LoaderStats",
     "LoaderTimeoutError",
     "RandomSampler",
     "RetryPolicy",
@@ -82,5 +87,8 @@ __all__ = [
     "get_worker_info",
     "inspect_dataset",
     "is_async_sampler",
+    "progress",
     "random_split",
+    "rank_and_world_size",
+    "split_by_rank_and_worker",
 ]

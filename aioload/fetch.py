@@ -252,6 +252,7 @@ class GuardedFetcher:
         fetcher: the plain fetcher of the (map-style) dataset.
         policy: the policy.
         worker: the worker process's id, for skip records (None: the loader's loop).
+        on_retry: called each time an attempt is followed by another (stats).
 
     Example::
 
@@ -259,7 +260,15 @@ class GuardedFetcher:
         samples = guard.fetch_sync([0, 1, 2])   # Skip markers where items were dropped
     """
 
-    def __init__(self, fetcher: Fetcher, policy: FaultPolicy, worker: int | None = None) -> None:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        policy: FaultPolicy,
+        worker: int | None = None,
+        *,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
+        self._on_retry = on_retry
         self.protocol = fetcher.protocol
         self._getitem: Callable[[Any], Any] = fetcher._getitem  # type: ignore[assignment]
         self._getitems = fetcher._getitems if _has_own_getitems(fetcher.dataset) else None
@@ -429,12 +438,15 @@ class GuardedFetcher:
     def _again(self, error: BaseException, attempt: int) -> bool:
         """Whether the ``attempt``-th attempt, failed with ``error``, is followed by another."""
         retry = self._retry
-        return (
+        again = (
             retry is not None
             and attempt < retry.attempts
             and retry.retries(error)
             and not self._closed.is_set()
         )
+        if again and self._on_retry is not None:
+            self._on_retry()
+        return again
 
     def _delay(self, attempt: int) -> float:
         assert self._retry is not None

@@ -27,14 +27,18 @@ class Delivery:
     """One thing for the consumer: a batch, an error, or the end of the epoch.
 
     ``seq`` is -1 for the end and for errors that belong to no batch.
+    ``items``: the samples the batch holds, for the loader's stats.
     """
 
-    __slots__ = ("batch", "error", "seq")
+    __slots__ = ("batch", "error", "items", "seq")
 
-    def __init__(self, seq: int, batch: Any = None, error: BaseException | None = None) -> None:
+    def __init__(
+        self, seq: int, batch: Any = None, error: BaseException | None = None, items: int = 0
+    ) -> None:
         self.seq = seq
         self.batch = batch
         self.error = error
+        self.items = items
 
 
 END = Delivery(-1)
@@ -87,6 +91,12 @@ class ThreadOutput:
         self._items.put(item)
 
     put_threadsafe = put
+
+    def get_nowait(self) -> Delivery | None:
+        """The next delivery, or None when there is none yet (one consumer only)."""
+        items = self._items
+        # No exception when empty: the consumer asks this before every wait.
+        return None if items.empty() else items.get_nowait()
 
     def get(self, timeout: float | None) -> Delivery:
         """The next delivery; ``queue.Empty`` after ``timeout`` seconds without one."""

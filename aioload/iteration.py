@@ -10,7 +10,10 @@
   compute.
 
 Both tell the epoch the sequence number of every batch the caller takes out
-(:class:`~aioload.scheduler.Progress`): what a checkpoint describes.
+(:class:`~aioload.scheduler.Progress`): what a checkpoint describes. Both count
+what the caller received and how long it waited for a batch that was not
+ready (the epoch's :class:`~aioload.stats.EpochRecorder`): the clock is read
+only when the caller has to wait.
 
 Shutdown: leaving the loop early — ``break``, an exception in the loop body,
 ``aclose()``/``close()``, the iterator being garbage-collected, Ctrl-C — cancels
@@ -101,22 +104,28 @@ class AsyncBatchIterator:
             self._start()
         output, epoch = self._output, self._epoch
         assert output is not None and epoch is not None
+        stats = epoch.stats
         delivery = output.get_nowait()
         if delivery is None:
-            if self._timeout > 0:
-                try:
-                    async with asyncio.timeout(self._timeout):
-                        await output.wait()
-                except TimeoutError:
-                    error = _timeout_error(epoch, self._timeout)
-                    del self, epoch, output  # see below: the error must not pin the epoch
-                    raise error from None
-            else:
-                await output.wait()
+            waited = time.perf_counter()
+            try:
+                if self._timeout > 0:
+                    try:
+                        async with asyncio.timeout(self._timeout):
+                            await output.wait()
+                    except TimeoutError:
+                        error = _timeout_error(epoch, self._timeout)
+                        del self, epoch, output  # see below: the error must not pin the epoch
+                        raise error from None
+                else:
+                    await output.wait()
+            finally:
+                stats.stall += time.perf_counter() - waited
             delivery = output.get_nowait()
             assert delivery is not None
         if delivery is END:
             epoch.ended()
+            stats.end()
             await self.aclose()
             raise StopAsyncIteration
         if delivery.seq >= 0:
@@ -126,18 +135,24 @@ class AsyncBatchIterator:
             # error; it must not keep the iterator (and the running epoch) alive too.
             del self, epoch, output
             raise delivery.error
+        stats.batches += 1
+        stats.items += delivery.items
         return delivery.batch
 
     async def aclose(self) -> None:
         """Stops the epoch and waits until everything it started has ended."""
         self._finished = True
         driver, epoch = self._driver, self._epoch
+        if epoch is not None:
+            epoch.stats.end()
         if driver is not None and epoch is not None and not driver.done():
             epoch.cancel()
             await asyncio.wait({driver})
 
     def __del__(self) -> None:
         driver, loop, epoch = self._driver, self._loop, self._epoch
+        if epoch is not None:
+            epoch.stats.end()
         if driver is not None and loop is not None and epoch is not None and not driver.done():
             try:
                 loop.call_soon_threadsafe(epoch.cancel)
@@ -227,11 +242,17 @@ class SyncBatchIterator:
         if self._closed:
             raise StopIteration
         epoch = self._thread.epoch
-        try:
-            delivery = self._wait_for_delivery()
-        except BaseException:  # KeyboardInterrupt while waiting
-            self.close()
-            raise
+        delivery = self._output.get_nowait()
+        if delivery is None:
+            waited = time.perf_counter()
+            try:
+                delivery = self._wait_for_delivery()
+            except BaseException:  # KeyboardInterrupt while waiting
+                self.close()
+                raise
+            finally:
+                if epoch is not None:
+                    epoch.stats.stall += time.perf_counter() - waited
         if delivery is None:
             assert epoch is not None
             error = _timeout_error(epoch, self._timeout)
@@ -247,6 +268,10 @@ class SyncBatchIterator:
         if delivery.error is not None:
             del self, epoch  # see AsyncBatchIterator.__anext__
             raise delivery.error
+        if epoch is not None:
+            stats = epoch.stats
+            stats.batches += 1
+            stats.items += delivery.items
         return delivery.batch
 
     def _wait_for_delivery(self) -> Delivery | None:
@@ -269,6 +294,9 @@ class SyncBatchIterator:
         """Stops the epoch and joins aioload's loop thread."""
         if not self._closed:
             self._closed = True
+            epoch = self._thread.epoch
+            if epoch is not None:
+                epoch.stats.end()
             self._thread.stop()
 
     def __del__(self) -> None:

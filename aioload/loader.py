@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import functools
 import itertools
 import math
 import multiprocessing
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -17,6 +19,7 @@ import anyio.abc
 import numpy as np
 
 from aioload.backends.base import Completion
+from aioload.backends.executor import ExecutorBackend, check_executor, executor_size
 from aioload.backends.inline import InlineBackend
 from aioload.backends.pool import WorkerPool, start_method_context
 from aioload.backends.processes import ProcessBackend
@@ -44,6 +47,7 @@ from aioload.samplers import (
     _stateful,
 )
 from aioload.scheduler import BackendFactory, Epoch, Progress
+from aioload.stats import EpochRecorder, LoaderStats, StatsRecorder
 from aioload.worker import WorkerSetup
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_WORKER_RESTARTS", "DataLoader"]
@@ -63,6 +67,7 @@ _FROZEN_AFTER_INIT = (
     "drop_last",
     "dataset",
     "persistent_workers",
+    "executor",
     # The fault policy is settled at construction (and sent to persistent workers).
     "retry",
     "item_timeout",
@@ -174,25 +179,39 @@ class DataLoader:
             float between 0 and 1, which needs a sampler with a length). One
             more ends the epoch with :class:`~aioload.TooManySkippedError`,
             listing every skipped key and reason. None (the default): no limit.
+        executor: a :class:`concurrent.futures.Executor` to run the batches
+            on instead of the event loop or aioload's worker processes: a
+            ``ThreadPoolExecutor``, a ``ProcessPoolExecutor``, or a cluster's,
+            such as dask.distributed's ``client.get_executor(pure=False)``
+            (``pure=True``, its default, is refused: dask would merge a batch
+            asked for again with the earlier one). Each batch is one task
+            (never one per item); ``prefetch_factor`` batches per executor
+            worker are in flight (default 2); the dataset, ``collate_fn`` and
+            ``worker_init_fn`` reach each executor worker once per epoch;
+            :func:`~aioload.get_worker_info` works in the tasks; an async
+            dataset's items run concurrently on an event loop per executor
+            thread. Map-style datasets only; excludes ``num_workers > 0`` and
+            ``persistent_workers``. The executor stays the caller's: aioload
+            never shuts it down. See :mod:`aioload.backends.executor`.
 
-        The fault policy (``retry``, ``item_timeout``, ``on_error``) applies to
-        map-style datasets only — an iterable dataset's stream cannot read a
-        sample again — and runs where items are read, inside the workers when
-        ``num_workers > 0``.
+    The fault policy (``retry``, ``item_timeout``, ``on_error``) applies to
+    map-style datasets only — an iterable dataset's stream cannot read a
+    sample again — and runs where items are read, inside the workers when
+    ``num_workers > 0``.
 
-        Checkpoints: :meth:`state_dict` may be called between any two batches
-        (``for`` or ``async for``), after an epoch or before the first; it
-        returns a small JSON-serialisable dict describing what the consumer
-        has received. :meth:`load_state_dict` on a new loader built with the
-        same dataset and arguments makes its next iteration continue that
-        epoch (``in_order=True``: the same remaining batches in the same
-        order; ``in_order=False``: the same remaining samples), and the epochs
-        after it reshuffle as the original's would. Built-in samplers resume by
-        slicing; other samplers are fast-forwarded (see
-        :meth:`load_state_dict`). An iterable dataset needs its own
-        ``state_dict``/``load_state_dict``; with workers, each worker's copy is
-        checkpointed and resumed on its own. The state follows the latest
-        epoch started from this loader.
+    Checkpoints: :meth:`state_dict` may be called between any two batches
+    (``for`` or ``async for``), after an epoch or before the first; it
+    returns a small JSON-serialisable dict describing what the consumer
+    has received. :meth:`load_state_dict` on a new loader built with the
+    same dataset and arguments makes its next iteration continue that
+    epoch (``in_order=True``: the same remaining batches in the same
+    order; ``in_order=False``: the same remaining samples), and the epochs
+    after it reshuffle as the original's would. Built-in samplers resume by
+    slicing; other samplers are fast-forwarded (see
+    :meth:`load_state_dict`). An iterable dataset needs its own
+    ``state_dict``/``load_state_dict``; with workers, each worker's copy is
+    checkpointed and resumed on its own. The state follows the latest
+    epoch started from this loader.
 
     Example::
 
@@ -243,6 +262,7 @@ class DataLoader:
         item_timeout: float | None = None,
         on_error: Literal["raise", "skip"] = "raise",
         max_skipped: int | float | None = None,
+        executor: concurrent.futures.Executor | None = None,
     ) -> None:
         if not isinstance(num_workers, int) or isinstance(num_workers, bool):
             raise TypeError(f"num_workers should be an int; got {num_workers!r}")
@@ -263,7 +283,7 @@ class DataLoader:
                 )
         elif num_workers > 0:
             prefetch_factor = 2
-        if persistent_workers and num_workers == 0:
+        if persistent_workers and num_workers == 0 and executor is None:
             raise ValueError("persistent_workers option needs num_workers > 0")
         if concurrency is None:
             concurrency = DEFAULT_CONCURRENCY
@@ -292,6 +312,13 @@ class DataLoader:
                 "retry, item_timeout and on_error='skip' apply to map-style datasets only: "
                 "an iterable dataset's stream cannot read a sample again; leave them at "
                 "their defaults (retry=None, item_timeout=None, on_error='raise')"
+            )
+        if executor is not None:
+            check_executor(
+                executor,
+                num_workers=num_workers,
+                persistent_workers=persistent_workers,
+                iterable=protocol.iterable,
             )
         if protocol.iterable:
             if shuffle not in {False, None}:
@@ -366,6 +393,9 @@ class DataLoader:
         self.item_timeout = item_timeout
         self.on_error = on_error
         self.max_skipped = max_skipped
+        self.executor = executor
+        # Who this loader is to its executor's workers, which keep its setup per epoch.
+        self._executor_token = uuid.uuid4().hex
         # None keeps the default path free of any fault-policy machinery.
         self._policy = policy if policy.active else None
         self._skip_log: SkipLog | None = None  # the latest epoch's skips
@@ -376,6 +406,7 @@ class DataLoader:
         self._window = self._window_size()
         self._pin_pool: Any = None
         self._pin_lock = threading.Lock()
+        self._stats = StatsRecorder()
         self._pool: WorkerPool | None = None  # the persistent workers, once started
         self._pool_lock = threading.Lock()
         self._epochs = itertools.count()  # numbers epochs within a worker pool
@@ -408,6 +439,8 @@ class DataLoader:
         return self.batch_sampler if self.batch_sampler is not None else self.sampler
 
     def _window_size(self) -> int:
+        if self.executor is not None:
+            return (self.prefetch_factor or 2) * (executor_size(self.executor) or 1)
         if self.prefetch_factor is not None:
             per_worker = self.prefetch_factor
         elif self.num_workers > 0:
@@ -421,7 +454,12 @@ class DataLoader:
 
     @property
     def window(self) -> int:
-        """The most batches in flight at once: ``prefetch_factor × max(1, num_workers)``."""
+        """The most batches in flight at once: ``prefetch_factor × max(1, num_workers)``.
+
+        With an ``executor``: ``prefetch_factor`` (default 2) × the executor's
+        workers (its threads, processes, or the dask cluster's threads when the
+        loader was built).
+        """
         return self._window
 
     def __len__(self) -> int:
@@ -451,6 +489,29 @@ class DataLoader:
         """
         log = self._skip_log
         return [] if log is None else log.items
+
+    def stats(self) -> LoaderStats:
+        """A snapshot of what this loader has done and where it stands.
+
+        Recording is always on and costs a few counter updates per batch; the
+        snapshot (percentiles included) is only computed here. Call it from
+        any thread, during an iteration or after it. ``stats().epoch`` covers
+        the latest iteration, ``stats().total`` every iteration of the loader;
+        the fetch-latency percentiles are over the latest 1024 batches, and
+        the in-flight figures are those of the moment. The one figure that
+        says whether training is data-bound: ``stats().epoch.stall_fraction``,
+        the share of the iteration the consumer spent waiting for a batch.
+        See :class:`~aioload.stats.LoaderStats` for every field.
+
+        Example::
+
+            for step, batch in enumerate(loader):
+                train(batch)
+                if step % 100 == 0:
+                    log.info("%s", loader.stats())   # a one-line summary
+            print(loader.stats().epoch.stall_fraction)   # 0.02: the model sets the pace
+        """
+        return self._stats.snapshot()
 
     def _epoch_items(self) -> int | None:
         """How many items an epoch asks for, when the samplers tell (None: unknown)."""
@@ -509,11 +570,14 @@ class DataLoader:
         if policy is not None and policy.on_error == "skip":
             skips = SkipLog(policy.skip_limit(self._epoch_items()), policy.max_skipped)
         self._skip_log = skips
+        stats = self._stats.new_epoch(collated=self._auto_collation, batch_size=batch_size)
         make_backend: BackendFactory
         if self.num_workers > 0:
             make_backend = self._process_backend_factory(
-                base_seed, start.progress, resumed=resume is not None
+                base_seed, start.progress, resumed=resume is not None, stats=stats
             )
+        elif self.executor is not None:
+            make_backend = self._executor_backend_factory(base_seed)
         else:
             fetcher = Fetcher(self.dataset, self._protocol)
 
@@ -534,6 +598,7 @@ class DataLoader:
                     complete=complete,
                     policy=policy,
                     record_state=record_state,
+                    on_retry=stats.retried,
                 )
 
         return Epoch(
@@ -548,6 +613,7 @@ class DataLoader:
             progress=start.progress,
             on_iter=on_iter,
             fast_forward=0 if resume is None else resume.fast_forward,
+            stats=stats,
         )
 
     def _track_epoch(
@@ -775,7 +841,12 @@ class DataLoader:
         self._loaded = copy.deepcopy(dict(state))
 
     def _process_backend_factory(
-        self, base_seed: int, progress: Progress, *, resumed: bool
+        self,
+        base_seed: int,
+        progress: Progress,
+        *,
+        resumed: bool,
+        stats: EpochRecorder | None = None,
     ) -> BackendFactory:
         persistent = self.persistent_workers
         if persistent:
@@ -807,6 +878,35 @@ class DataLoader:
                 resume_streams=resume_streams,
                 first_worker=first_worker,
                 record_stream_state=record,
+                stats=stats,
+            )
+
+        return make_backend
+
+    def _executor_backend_factory(self, base_seed: int) -> BackendFactory:
+        executor = self.executor
+        assert executor is not None
+        setup = WorkerSetup(
+            dataset=self.dataset,
+            collate_fn=self.collate_fn,
+            worker_init_fn=self.worker_init_fn,
+            batch_size=self.batch_size if self._auto_collation else None,
+            drop_last=self.drop_last,
+            concurrency=self.concurrency,
+            num_workers=executor_size(executor) or 1,
+            policy=self._policy,
+        )
+        key = (self._executor_token, next(self._epochs))
+
+        def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> ExecutorBackend:
+            return ExecutorBackend(
+                executor,
+                setup,
+                key=key,
+                base_seed=base_seed,
+                task_group=task_group,
+                complete=complete,
+                max_resubmits=self.max_worker_restarts,
             )
 
         return make_backend

@@ -63,7 +63,8 @@ class PinThread:
                 return
             if delivery.error is None and delivery is not END:
                 try:
-                    delivery = Delivery(delivery.seq, self._pin(delivery.batch))
+                    # In place: the delivery keeps what the stats counted of it.
+                    delivery.batch = self._pin(delivery.batch)
                 except Exception as error:
                     error.add_note(f"raised while pinning batch {delivery.seq}")
                     delivery = Delivery(delivery.seq, error=error)

@@ -411,12 +411,24 @@ def _torch_tensor_type() -> type | None:
     return tensor
 
 
+@functools.cache
+def _warn_unpinned_tensors(device: str) -> None:
+    # Once per process and device, like torch's own warning for this case.
+    warnings.warn(
+        f"pin_memory=True, but no {device} accelerator is available: torch tensors are left "
+        "as they are, not pinned (numpy arrays still are)",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def _pin_tensor(tensor: Any, device: str) -> Any:
     torch = sys.modules["torch"]
     # Without the accelerator torch cannot pin; like a CPU-only torch loader, leave the tensor.
     accelerator = getattr(torch, device.split(":")[0] or "cuda", None)
     is_available = getattr(accelerator, "is_available", None)
     if not (callable(is_available) and is_available()):
+        _warn_unpinned_tensors(device or "cuda")
         return tensor
     return tensor.pin_memory(device) if device else tensor.pin_memory()
 

@@ -28,6 +28,14 @@ fetch the batches past it that were already received (``skip``): sequence
 numbers are deterministic given the sampler's state, so a number names a
 batch.
 
+Stats: every batch's items ride in its :class:`Delivery` to the consumer, who
+counts them, and its skips are counted; a sample of batches (the first 8 of
+an epoch, then one in 32) is measured too: its fetch latency, from submission
+to completion, and its bytes (:func:`~aioload.stats.batch_nbytes`), so that a
+batch that is not measured costs nothing but a comparison. An iterable
+dataset's batches are all walked: their length is their item count.
+:meth:`Epoch.gauges` reads what is in flight when someone asks.
+
 Lifecycle: the driver runs inside an anyio task group that owns every task the
 backend starts, and the pin thread when pinning. It returns after the end
 marker has been delivered; :meth:`Epoch.cancel` (the consumer's ``aclose()``,
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from itertools import islice
@@ -51,10 +60,16 @@ from aioload.backends.base import Backend, Completion
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pin_stage import PinThread
 from aioload.policy import SkipLog, SkippedItem
+from aioload.stats import EpochRecorder, Gauges, batch_nbytes
 
 __all__ = ["Epoch", "LoaderTimeoutError", "Progress", "Window"]
 
 _DRY = object()  # an async sampler ran out while fast-forwarding
+_clock = time.perf_counter
+# Which batches are measured (fetch latency, bytes): the first _MEASURE_FIRST of an
+# epoch, then one in _MEASURE_MASK + 1; the others cost a comparison or two.
+_MEASURE_FIRST = 8
+_MEASURE_MASK = 31
 
 
 class LoaderTimeoutError(TimeoutError):
@@ -74,6 +89,11 @@ class Window:
         self._loop = loop
         self._lock = threading.Lock()
         self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def free(self) -> int:
+        """Slots free now."""
+        return self._free
 
     async def acquire(self) -> None:
         with self._lock:
@@ -242,6 +262,8 @@ class Epoch:
             is drawn (the loader snapshots the sampler's state there).
         fast_forward: batches to draw from the sampler and drop before the
             first one (resuming over a sampler without ``state_dict``).
+        stats: where the epoch records fetch latencies, skips and what each
+            batch holds (see :mod:`aioload.stats`); a fresh recorder if None.
     """
 
     def __init__(
@@ -258,7 +280,14 @@ class Epoch:
         progress: Progress | None = None,
         on_iter: Callable[[], None] | None = None,
         fast_forward: int = 0,
+        stats: EpochRecorder | None = None,
     ) -> None:
+        self.stats = stats if stats is not None else EpochRecorder()
+        self.stats.attach(self)
+        self._collated = self.stats.collated
+        self._map_style = batches is not None
+        self._plain = self._collated and self._map_style  # items = len(keys)
+        self._submitted: dict[int, float] = {}  # seq -> when it went to the backend
         self.progress = progress if progress is not None else Progress(in_order)
         self._on_iter = on_iter
         self._fast_forward = fast_forward
@@ -298,6 +327,26 @@ class Epoch:
     def ended(self) -> None:
         """The consumer received the end marker (call from the consumer's thread)."""
         self.progress.finished = not self._failed
+
+    def gauges(self) -> Gauges:
+        """Batches and items in flight, reorder-buffer occupancy, batches ready (any thread).
+
+        Read from another thread than the loop's: the dicts are copied in one
+        C call each (atomic under the GIL), and retried if one changed size.
+        """
+        for _ in range(3):
+            try:
+                pending = list(self._pending.values())
+                waiting = sum(1 for delivery in list(self._ready.values()) if delivery is not None)
+                break
+            except RuntimeError:  # changed size while being copied
+                continue
+        else:
+            return (0, 0, 0, 0)
+        items_of = self.stats.items_of
+        held = self.window.size - self.window.free
+        ready = max(0, held - len(pending) - waiting)
+        return (len(pending), sum(items_of(keys) for keys in pending), waiting, ready)
 
     def stalled(self) -> tuple[int, Any]:
         """The batch the consumer is waiting for and its keys, for timeout messages."""
@@ -355,6 +404,9 @@ class Epoch:
         acquire = self.window.acquire
         pending = self._pending
         submit = backend.submit
+        submitted = self._submitted
+        clock = _clock
+        first, mask = _MEASURE_FIRST, _MEASURE_MASK
         seq = self.progress.done
         skip = self.progress.skip
         batches = self._batches
@@ -365,6 +417,8 @@ class Epoch:
                     self.window.release()
                     break
                 pending[seq] = None
+                if seq < first or not seq & mask:
+                    submitted[seq] = clock()
                 submit(seq, None)
                 seq += 1
         elif isinstance(batches, AsyncIterable):
@@ -381,6 +435,8 @@ class Epoch:
                     continue
                 await acquire()
                 pending[seq] = keys
+                if seq < first or not seq & mask:
+                    submitted[seq] = clock()
                 submit(seq, keys)
                 seq += 1
         else:
@@ -396,6 +452,8 @@ class Epoch:
                     continue
                 await acquire()
                 pending[seq] = keys
+                if seq < first or not seq & mask:
+                    submitted[seq] = clock()
                 submit(seq, keys)
                 seq += 1
                 # A fetch that completes inside submit() never yields to the loop,
@@ -419,6 +477,7 @@ class Epoch:
         if self._finished:
             return  # the epoch failed: nobody waits for this batch any more
         if skipped:
+            self.stats.skipped += len(skipped)
             assert self._skips is not None, "a backend skipped items without on_error='skip'"
             too_many = self._skips.record(seq, skipped)
             if too_many is not None:
@@ -427,6 +486,7 @@ class Epoch:
         delivery: Delivery | None
         if exhausted:
             delivery = None
+            self._submitted.pop(seq, None)
             self.window.release()
             if not self._in_order:
                 self.progress.nothing_for(seq)
@@ -434,8 +494,12 @@ class Epoch:
             described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
             error.add_note(f"raised while fetching {described}")
             delivery = Delivery(seq, error=error)
+            self._record_latency(seq)
+        elif self._plain and not skipped and seq & _MEASURE_MASK and seq >= _MEASURE_FIRST:
+            # Most batches: the keys tell the items, and nothing is measured.
+            delivery = Delivery(seq, batch, None, len(keys))
         else:
-            delivery = Delivery(seq, batch)
+            delivery = Delivery(seq, batch, None, self._measure(seq, keys, batch, skipped))
         if not self._in_order:
             if delivery is not None:
                 self._emit(delivery)
@@ -443,6 +507,24 @@ class Epoch:
             self._in_order_out(seq, delivery)
         if self._produced:
             self._maybe_finish()
+
+    def _measure(self, seq: int, keys: Any, batch: Any, skipped: Sequence[SkippedItem]) -> int:
+        """The items of batch ``seq``; records its bytes and latency if it is measured."""
+        stats = self.stats
+        if not self._map_style:  # a stream's batch: its length is its item count
+            items, nbytes = stats.measure(keys, batch, 0)
+            stats.sample(items, nbytes)
+        else:
+            items = len(keys) - len(skipped) if self._collated else 1
+            if seq < _MEASURE_FIRST or not seq & _MEASURE_MASK:
+                stats.sample(items, batch_nbytes(batch))
+        self._record_latency(seq)
+        return items
+
+    def _record_latency(self, seq: int) -> None:
+        started = self._submitted.pop(seq, None)  # only measured batches are in it
+        if started is not None:
+            self.stats.fetched(_clock() - started)
 
     def _in_order_out(self, seq: int, delivery: Delivery | None) -> None:
         """Emits batch ``seq`` (None: nothing to emit) once every earlier one went out."""

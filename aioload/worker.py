@@ -33,9 +33,10 @@ import random
 import signal
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -59,6 +60,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerSetup",
     "get_worker_info",
+    "set_thread_worker_info",
     "worker_main",
 ]
 
@@ -81,10 +83,14 @@ class WorkerInfo:
 
 
 _worker_info: WorkerInfo | None = None
+_thread_info = threading.local()  # set while an executor task runs in this thread
 
 
 def get_worker_info() -> WorkerInfo | None:
     """The :class:`WorkerInfo` of the worker process calling it; None in the main process.
+
+    Inside a task of the loader's ``executor`` it describes the executor's
+    worker (see :mod:`aioload.backends.executor_task`).
 
     Use it in a dataset's ``__iter__`` or in ``worker_init_fn`` to give each
     worker its own share of an iterable dataset, or to open a per-worker
@@ -100,7 +106,15 @@ def get_worker_info() -> WorkerInfo | None:
         ...             return iter(range(self.n))
         ...         return iter(range(info.id, self.n, info.num_workers))
     """
-    return _worker_info
+    if _worker_info is not None:
+        return _worker_info
+    info: WorkerInfo | None = getattr(_thread_info, "info", None)
+    return info
+
+
+def set_thread_worker_info(info: WorkerInfo | None) -> None:
+    """Makes :func:`get_worker_info` return ``info`` in this thread (executor tasks)."""
+    _thread_info.info = info
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,8 @@ class ErrorReport:
     ``error`` is the pickled exception, or None when it cannot be pickled; the
     type name, message and formatted traceback always cross. ``skipped``: the
     items the fault policy dropped from the failed batch before it failed.
+    ``retries``: attempts the worker's fault policy repeated since its last
+    result (for the loader's stats).
     """
 
     error: bytes | None
@@ -146,6 +162,7 @@ class ErrorReport:
     message: str
     traceback: str
     skipped: tuple[SkippedItem, ...] = ()
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -153,11 +170,14 @@ class SkippedBatch:
     """A batch on its way to the loader with the items the fault policy dropped from it.
 
     ``batch`` is None when every item was dropped (``empty``): nothing to deliver.
+    ``retries``: attempts the worker's fault policy repeated since its last
+    result (a batch with retries but no skips travels in one too).
     """
 
     batch: Any
     skipped: tuple[SkippedItem, ...]
     empty: bool
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +298,7 @@ class _Worker:
         self._backend: InlineBackend | None = None
         self._loader_gone = False
         self._stream_states: dict[int, Any] = {}  # seq -> the dataset's state after it
+        self._retries = 0  # repeated attempts not yet reported to the loader
 
     async def serve(self) -> None:
         self._commands.setblocking(False)
@@ -345,29 +366,39 @@ class _Worker:
 
     async def _run_epoch(self, epoch: int, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
         setup = self._setup
+        backend: InlineBackend | None = None
         with anyio.CancelScope() as scope:
-            async with anyio.create_task_group() as tg:
-                backend = InlineBackend(
-                    Fetcher(setup.dataset, self._protocol),
-                    self._collate_in_shared_memory,
-                    batch_size=setup.batch_size,
-                    drop_last=setup.drop_last,
-                    concurrency=setup.concurrency,
-                    # This loop has nothing else to do (a sync read's retry waits
-                    # block it like the read itself; the collate must stay on it).
-                    offload_sync=False,
-                    task_group=tg,
-                    complete=functools.partial(self._complete, epoch),
-                    policy=setup.policy,
-                    worker_id=None if _worker_info is None else _worker_info.id,
-                    record_state=self._record_stream_state if setup.track_stream_state else None,
-                )
-                task_status.started((scope, backend))
-                try:
+            try:
+                async with anyio.create_task_group() as tg:
+                    backend = InlineBackend(
+                        Fetcher(setup.dataset, self._protocol),
+                        self._collate_in_shared_memory,
+                        batch_size=setup.batch_size,
+                        drop_last=setup.drop_last,
+                        concurrency=setup.concurrency,
+                        # This loop has nothing else to do (a sync read's retry waits
+                        # block it like the read itself; the collate must stay on it).
+                        offload_sync=False,
+                        task_group=tg,
+                        complete=functools.partial(self._complete, epoch),
+                        policy=setup.policy,
+                        worker_id=None if _worker_info is None else _worker_info.id,
+                        record_state=(
+                            self._record_stream_state if setup.track_stream_state else None
+                        ),
+                        on_retry=self._count_retry,
+                    )
+                    task_status.started((scope, backend))
                     await anyio.sleep_forever()
-                finally:
+            finally:
+                # After the task group: its stream tasks are over, so an async
+                # stream is not closed while one of them is inside it.
+                if backend is not None:
                     with anyio.CancelScope(shield=True):
                         await backend.aclose()
+
+    def _count_retry(self) -> None:
+        self._retries += 1  # on this worker's loop: its only reader and writer
 
     def _collate_in_shared_memory(self, samples: Any) -> _InArena:
         """Collates into room in the segment the batch will travel in (no copy later)."""
@@ -393,10 +424,11 @@ class _Worker:
                 batch.arena.release()
             return  # finished after its epoch was cancelled: nobody waits for it
         stream_state = self._stream_states.pop(seq, None)
+        retries, self._retries = self._retries, 0
         try:
             if exhausted and skipped:
                 # Every item was skipped: not the end of a stream, so no EXHAUSTED.
-                written = self._writer.write(SkippedBatch(None, tuple(skipped), True))
+                written = self._writer.write(SkippedBatch(None, tuple(skipped), True, retries))
                 send_result(self._results, Result.BATCH, epoch, seq, written)
                 return
             if exhausted:
@@ -405,8 +437,8 @@ class _Worker:
             if error is None:
                 assert isinstance(batch, _InArena)
                 payload = batch.batch
-                if skipped:  # the dropped items ride with their batch
-                    payload = SkippedBatch(payload, tuple(skipped), False)
+                if skipped or retries:  # the dropped items and the retry count ride along
+                    payload = SkippedBatch(payload, tuple(skipped), False, retries)
                 elif self._setup.track_stream_state:  # so does the stream's state after it
                     payload = StreamBatch(payload, stream_state)
                 try:
@@ -418,7 +450,7 @@ class _Worker:
                 else:
                     send_result(self._results, Result.BATCH, epoch, seq, written)
                     return
-            written = self._writer.write(report(error, skipped))
+            written = self._writer.write(replace(report(error, skipped), retries=retries))
             send_result(self._results, Result.ERROR, epoch, seq, written)
         except OSError:
             # The loader closed the result socket: it is gone, so is our purpose.

@@ -19,6 +19,12 @@ loader's design:
 4. A latency-bound async dataset (every item awaits ``asyncio.sleep(0.02)``) at several
    ``concurrency`` values: items/s as a fraction of the ideal ``concurrency / 0.02``.
    Targets: >= 80% up to 256, >= 50% at 1024.
+5. What ``loader.stats()``'s recorder costs when nobody reads it, on measurement 3's pipeline:
+   us per batch with the recorder as shipped (it measures the latency and bytes of the first
+   8 batches of an epoch, then of one in 32) against the same loader measuring no batch, in
+   the same run; and the recorder's whole per-batch work (what every batch pays and its share
+   of the measured ones) timed on its own in CPU time, like a batch of ``async for``. Target:
+   that work under 5% of a batch's CPU time under ``async for``.
 
 Within a measurement the cases run in turn, repetition by repetition, so that drift on a busy
 machine hits them alike; every case runs once untimed first. torch is optional
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.metadata
 import itertools
@@ -46,7 +53,10 @@ import numpy as np
 import uvloop
 from common import Rates, optional
 
+import aioload.scheduler
 from aioload import DataLoader
+from aioload.handoff import Delivery
+from aioload.stats import EpochRecorder, batch_nbytes
 
 torch = optional("torch")
 torch_data = optional("torch.utils.data")
@@ -426,6 +436,137 @@ async def count_items_async_for(loader: DataLoader) -> int:
     return items
 
 
+# -- 5: what the stats recorder costs ---------------------------------------------
+
+
+@contextlib.contextmanager
+def measuring(every: bool) -> Iterator[None]:
+    """Whether the scheduler measures its usual sample of batches (else only batch 0)."""
+    saved = aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK
+    if not every:
+        aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK = 0, (1 << 62) - 1
+    try:
+        yield
+    finally:
+        aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK = saved
+
+
+def unmeasured(case: Case) -> Case:
+    """``case`` with no batch measured but the first: the recorder's sampled work left out."""
+
+    def run() -> tuple[int, float]:
+        with measuring(False):
+            return case()
+
+    return run
+
+
+def recorder_work(batches: int, batch: Any) -> int:
+    """Everything the recorder does for ``batches`` batches, outside any loader."""
+    stats = EpochRecorder(collated=True, batch_size=BATCH)
+    keys = list(range(BATCH))
+    submitted: dict[int, float] = {}
+    clock = time.perf_counter
+    first, mask = aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK
+    for seq in range(batches):  # what the scheduler and the consumer do per batch
+        if seq < first or not seq & mask:  # at submission
+            submitted[seq] = clock()
+        measured = seq < first or not seq & mask  # at completion
+        started = submitted.pop(seq, None) if measured else None
+        items = len(keys)
+        if measured:
+            stats.sample(items, batch_nbytes(batch))
+        delivery = Delivery(seq, batch, None, items)
+        if started is not None:
+            stats.fetched(clock() - started)
+        stats.batches += 1  # the consumer
+        stats.items += delivery.items
+    return batches
+
+
+def cpu_case(consume: Callable[[], int]) -> Case:
+    """A case timed in CPU seconds of this thread: a busy machine's preemptions left out."""
+
+    def run() -> tuple[int, float]:
+        start = time.thread_time()
+        done = consume()
+        return done, time.thread_time() - start
+
+    return run
+
+
+def bare_deliveries(batches: int, batch: Any) -> int:
+    """The same loop without the recorder: only the deliveries."""
+    for seq in range(batches):
+        Delivery(seq, batch)
+    return batches
+
+
+def timed_stats(loader: DataLoader) -> float:
+    """Seconds one ``loader.stats()`` snapshot takes."""
+    start = time.perf_counter()
+    loader.stats()
+    return time.perf_counter() - start
+
+
+def stats_overhead(batches: int, repeat: int) -> None:
+    """Measurement 5."""
+
+    def loader() -> DataLoader:
+        return DataLoader(
+            Prebuilt(batches * BATCH), batch_sampler=SameKeys(batches), collate_fn=lambda b: b
+        )
+
+    on, off = loader(), loader()
+    samples = Prebuilt(BATCH).samples
+    collated = collate(samples)  # what a numpy collate_fn makes of them
+    cases: dict[str, Case] = {
+        "async for, recorder on (as shipped)": async_case(lambda: count_batches_async_for(on)),
+        "async for, nothing measured": unmeasured(async_case(lambda: count_batches_async_for(off))),
+        "for, recorder on (as shipped)": sync_case(lambda: count_batches_for(on)),
+        "for, nothing measured": unmeasured(sync_case(lambda: count_batches_for(off))),
+        "CPU: async for, as shipped": cpu_case(lambda: uvloop.run(count_batches_async_for(on))),
+        "CPU: recorder alone, list of 64 samples": cpu_case(
+            lambda: recorder_work(batches, samples)
+        ),
+        "CPU: recorder alone, collated (x, y)": cpu_case(lambda: recorder_work(batches, collated)),
+        "CPU: deliveries alone (no recorder)": cpu_case(lambda: bare_deliveries(batches, collated)),
+    }
+    rates = measure(cases, repeat)
+    snapshot = min(timed_stats(on) for _ in range(5))
+
+    print(f"\n5. Stats recorder: measurement 3's pipeline ({batches} batches of {BATCH} prebuilt")
+    print("   samples): the recorder as shipped (measures the first 8 batches, then 1 in 32)")
+    print("   vs measuring nothing; and the recorder's whole per-batch work on its own")
+    header = f"{'':<46} {'us/batch':>10} {'(min..max)':>19}"
+    print(header)
+    print("-" * len(header))
+    per_batch: dict[str, float] = {}
+    for name, rate in rates.items():
+        rev = Rates([1e6 / v for v in rate.values])
+        per_batch[name] = rev.median
+        print(f"{name:<46} {rev.median:>10.3f} {rev.spread(fmt='.3f'):>19}")
+    print(
+        "(the two loaders differ only by the measured batches' share, well under 1 us/batch: a "
+        "larger gap is the machine's noise; compare the fastest repetitions too)"
+    )
+    for style in ("async for", "for"):
+        shipped = per_batch[f"{style}, recorder on (as shipped)"]
+        silenced = per_batch[f"{style}, nothing measured"]
+        print(
+            f"{style}: as shipped - nothing measured = {shipped - silenced:+.2f} us/batch "
+            f"({(shipped - silenced) / silenced:+.1%})"
+        )
+    alone = max(per_batch[name] for name in per_batch if name.startswith("CPU: recorder alone"))
+    work = alone - per_batch["CPU: deliveries alone (no recorder)"]
+    share = work / per_batch["CPU: async for, as shipped"]
+    print(
+        f"target 5: the recorder's whole per-batch work {work * 1e3:.0f} ns of CPU = {share:.1%} "
+        f"of a batch's CPU under async for (< 5%) {verdict(share < 0.05)}; one stats() call "
+        f"{snapshot * 1e6:.0f} us"
+    )
+
+
 # -- main --------------------------------------------------------------------
 
 
@@ -433,7 +574,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["memory", "handoff", "latency", "stats"],
+        help="run only these measurements (repeatable; default: all)",
+    )
     args = parser.parse_args()
+    only = set(args.only or ["memory", "handoff", "latency", "stats"])
     repeat = args.repeat or (1 if args.quick else 5)
     rows, batches, duration = (2_000, 200, 0.05) if args.quick else (100_000, 20_000, 0.5)
 
@@ -446,9 +594,14 @@ def main() -> None:
     )
     print(f"medians of {repeat} repetitions{' (--quick: smoke run, not figures)' * args.quick}")
     sys.stdout.flush()
-    in_memory(rows, repeat)
-    handoff(batches, repeat)
-    latency(duration, repeat)
+    if "memory" in only:
+        in_memory(rows, repeat)
+    if "handoff" in only:
+        handoff(batches, repeat)
+    if "latency" in only:
+        latency(duration, repeat)
+    if "stats" in only:
+        stats_overhead(batches, repeat)
 
 
 if __name__ == "__main__":

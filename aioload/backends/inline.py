@@ -70,6 +70,8 @@ class InlineBackend:
         worker_id: the worker process this backend runs in, for skip records.
         record_state: for an iterable dataset, called with each batch's number
             right after the batch was read (see the module docstring).
+        on_retry: called (from the thread that reads) each time the fault
+            policy tries an item again, for the loader's stats.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class InlineBackend:
         policy: FaultPolicy | None = None,
         worker_id: int | None = None,
         record_state: Callable[[int], None] | None = None,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
         self._fetcher = fetcher
         self._record_state = record_state
@@ -99,7 +102,7 @@ class InlineBackend:
         self._is_async = protocol.is_async
         self._guard: GuardedFetcher | None = None
         if policy is not None and policy.active and not protocol.iterable:
-            self._guard = GuardedFetcher(fetcher, policy, worker_id)
+            self._guard = GuardedFetcher(fetcher, policy, worker_id, on_retry=on_retry)
         self._offload = offload_sync and not protocol.is_async
         self._pool = ItemPool(concurrency)
         self._loop = asyncio.get_running_loop()

@@ -59,6 +59,20 @@ def _unpicklable_part(obj: Any, path: str, depth: int = 0) -> tuple[str, Any, Ba
 
 def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
     """Pickles ``setup`` once for every worker; a failure names the object at fault."""
+    return pickle_for_workers(
+        setup,
+        receivers="the worker processes",
+        why=f"the {start_method!r} start method pickles",
+        remedy="use multiprocessing_context='fork'",
+    )
+
+
+def pickle_for_workers(setup: WorkerSetup, *, receivers: str, why: str, remedy: str) -> bytes:
+    """Pickles ``setup`` for ``receivers``; a failure names the unpicklable object and a way out.
+
+    ``why`` says who pickles (completing "… the dataset, collate_fn and
+    worker_init_fn"); ``remedy`` is the alternative to creating the object lazily.
+    """
     try:
         return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:
@@ -69,12 +83,10 @@ def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
                 break
         path, culprit, cause = found if found is not None else ("the worker setup", setup, error)
         message = (
-            f"cannot send {path} to the worker processes: the {start_method!r} start method "
-            f"pickles the dataset, collate_fn and worker_init_fn, and {path} (a "
-            f"{type(culprit).__module__}.{type(culprit).__qualname__}) cannot be pickled: "
-            f"{cause}. Create such objects lazily "
-            "inside the worker (see aioload.get_worker_info()), or use "
-            "multiprocessing_context='fork'."
+            f"cannot send {path} to {receivers}: {why} the dataset, collate_fn and "
+            f"worker_init_fn, and {path} (a {type(culprit).__module__}."
+            f"{type(culprit).__qualname__}) cannot be pickled: {cause}. Create such objects "
+            f"lazily inside the worker (see aioload.get_worker_info()), or {remedy}."
         )
         try:
             replacement = type(error)(message)

@@ -43,6 +43,7 @@ import anyio.abc
 from aioload.backends import pool as pool_module
 from aioload.backends.base import Completion
 from aioload.backends.pool import WorkerPool, _Handle
+from aioload.stats import EpochRecorder
 from aioload.wire import (
     Command,
     Result,
@@ -166,6 +167,7 @@ class ProcessBackend:
         first_worker: the worker whose turn comes first (resumed epochs).
         record_stream_state: called with ``(seq, worker id, state)`` before a
             batch of a tracked stream is completed.
+        stats: the epoch's stats recorder, which counts worker restarts.
     """
 
     def __init__(
@@ -181,7 +183,9 @@ class ProcessBackend:
         resume_streams: list[Any] | None = None,
         first_worker: int = 0,
         record_stream_state: Callable[[int, int, Any], None] | None = None,
+        stats: EpochRecorder | None = None,
     ) -> None:
+        self._stats = stats
         self._pool = pool
         self._resume_streams = list(resume_streams) if resume_streams is not None else None
         self._record_stream_state = record_stream_state
@@ -390,6 +394,7 @@ class ProcessBackend:
                 self._complete(seq, error=error)
                 continue
             if kind != Result.BATCH:
+                self._count_retries(payload)
                 rebuilt = self._rebuild_error(handle, payload)
                 self._complete(seq, error=rebuilt, skipped=payload.skipped)
             elif type(payload) is StreamBatch:  # the stream's state after it rides along
@@ -397,9 +402,14 @@ class ProcessBackend:
                     self._record_stream_state(seq, handle.id, payload.state)
                 self._complete(seq, payload.batch)
             elif type(payload) is SkippedBatch:  # items the fault policy dropped ride along
+                self._count_retries(payload)
                 self._complete(seq, payload.batch, exhausted=payload.empty, skipped=payload.skipped)
             else:
                 self._complete(seq, payload)
+
+    def _count_retries(self, payload: ErrorReport | SkippedBatch) -> None:
+        if payload.retries and self._stats is not None:
+            self._stats.add_retries(payload.retries)
 
     def _rebuild_error(self, handle: _Handle, report: ErrorReport) -> BaseException:
         error: BaseException | None = None
@@ -453,6 +463,8 @@ class ProcessBackend:
             )
             return
         self._restarts += 1
+        if self._stats is not None:
+            self._stats.worker_restarts += 1
         try:
             new = self._pool.replace(handle)
         except RuntimeError as error:  # the pool was closed meanwhile

@@ -1,0 +1,235 @@
+"""The command line: `aioload demo` and `aioload stream`: output, errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("obstore")
+pytest.importorskip("aiohttp")
+
+from aioload.cli import EXIT_CODES, main
+from aioload.sources import ObjectServer, ShardWriter
+
+QUICK_DEMO = ["--samples", "256", "--samples-per-shard", "16", "--latency-ms", "5", "--quiet"]
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """The processes whose environment carries ``mark`` (a command and all it started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"AIOLOAD_TEST_MARK={mark}".encode() in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _command(args: list[str], tmp_path: Path) -> tuple[list[str], dict[str, str], str]:
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, AIOLOAD_TEST_MARK=mark, TMPDIR=str(tmp_path))
+    return [sys.executable, "-m", "aioload", *args], env, mark
+
+
+@pytest.mark.timeout(120)
+def test_demo_runs_from_the_command_line_and_leaves_nothing(tmp_path: Path) -> None:
+    args, env, mark = _command(["demo", *QUICK_DEMO], tmp_path)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "wrote 256 images" in out
+    for reader in ("aioload", "serial"):
+        assert any(line.startswith(reader) for line in out.splitlines()), out
+    assert "vs serial" in out
+    assert _marked_processes(mark) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(120)
+def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    slow = ["demo", "--samples", "2048", "--samples-per-shard", "8", "--latency-ms", "50"]
+    args, env, mark = _command([*slow, "--no-torch"], tmp_path)
+    process = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert "wrote" in process.stdout.readline()
+        time.sleep(1.5)  # into the aioload run: server and workers up
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == EXIT_CODES["interrupted"], err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 5
+    while _marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _marked_processes(mark) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--samples", "0"]) == EXIT_CODES["usage"]
+    err = capsys.readouterr().err
+    assert "--samples should be >= 1" in err
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def shard_server(tmp_path_factory: pytest.TempPathFactory) -> object:
+    folder = tmp_path_factory.mktemp("shards")
+    with ShardWriter(str(folder / "part-%03d.tar"), maxcount=10) as writer:
+        for i in range(40):
+            writer.write({"__key__": f"{i:04d}", "npy": np.full(100, i, np.uint8), "cls": str(i)})
+    raw = folder / "raw"
+    raw.mkdir()
+    for i in range(25):
+        (raw / f"{i:03d}.bin").write_bytes(bytes(1000 + i))
+    with ObjectServer(folder, latency=0.002) as server:
+        yield server, folder
+
+
+def test_stream_reads_tar_shards_over_http(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, _ = shard_server
+    url = f"{server.url}/part-{{000..003}}.tar"
+    assert main(["stream", url, "--batch-size", "8", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 40
+    assert report["format"] == "tar"
+    assert report["source"] == "4 tar shards"
+
+
+def test_stream_reads_a_prefix_with_workers_and_a_limit(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, folder = shard_server
+    url = (folder / "raw").as_uri() + "/"
+    args = ["stream", url, "--workers", "2", "--batch-size", "4", "--limit", "10", "--quiet"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("read 10 objects")
+    assert "read latency: p50" in out
+    assert "--workers 2 --batch-size 4" in out
+
+
+def test_stream_reports_every_object_of_a_prefix(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, folder = shard_server
+    url = (folder / "raw").as_uri() + "/"
+    assert main(["stream", url, "--json", "--quiet", "--concurrency", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 25
+    assert report["bytes"] == sum(1000 + i for i in range(25))
+    assert report["concurrency"] == 4
+    assert report["latency_p50_ms"] <= report["latency_p99_ms"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["ftp://host/x"], "usage", "unsupported URL"),
+        (["s3://bucket/x", "--endpoint", "http://127.0.0.1:9"], "usage", "no credentials"),
+        (["http://127.0.0.1:9/x", "--anonymous"], "usage", "--anonymous applies"),
+        (["s3://b/x", "--batch-size", "0"], "usage", "--batch-size should be >= 1"),
+    ],
+)
+def test_stream_explains_bad_arguments(
+    args: list[str],
+    code: str,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    assert main(["stream", *args]) == EXIT_CODES[code]
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_stream_explains_an_empty_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stream", tmp_path.as_uri() + "/", "--quiet"]) == EXIT_CODES["not_found"]
+    assert "no objects found" in capsys.readouterr().err
+
+
+def test_stream_explains_a_missing_shard(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, _ = shard_server
+    url = f"{server.url}/missing.tar"
+    assert main(["stream", url, "--quiet"]) == EXIT_CODES["not_found"]
+    err = capsys.readouterr().err
+    assert "missing.tar" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.timeout(60)
+def test_stream_explains_an_unreachable_endpoint(
+    capsys: pytest.CaptureFixture[str], unused_tcp_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = f"http://127.0.0.1:{unused_tcp_port}"
+    args = ["stream", "s3://bucket/prefix/", "--endpoint", endpoint, "--region", "us-east-1"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    assert main([*args, "--quiet"]) == EXIT_CODES["unreachable"]
+    assert main(args) == EXIT_CODES["unreachable"]
+    err = capsys.readouterr().err
+    assert "bucket" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt", ["raw", "tar"])
+def test_stream_reads_the_local_s3_server(
+    fmt: str,
+    seaweedfs: object,
+    s3_store_options: dict[str, object],
+    s3_prefix: str,
+    shard_server: tuple[ObjectServer, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import obstore
+
+    from aioload.sources import open_store
+
+    _, folder = shard_server
+    store, prefix = open_store(s3_prefix + "/", **s3_store_options)
+    files = (
+        sorted(folder.glob("part-*.tar")) if fmt == "tar" else sorted((folder / "raw").iterdir())
+    )
+    for path in files:
+        obstore.put(store, f"{prefix}{path.name}", path.read_bytes())
+    # Credentials from the environment, as a user's shell would have them.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", str(s3_store_options["access_key_id"]))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", str(s3_store_options["secret_access_key"]))
+    endpoint = str(s3_store_options["endpoint"])
+    args = ["stream", s3_prefix + "/", "--format", fmt, "--endpoint", endpoint, "--json"]
+    args += ["--region", str(s3_store_options["region"]), "--quiet", "--workers", "2"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == (40 if fmt == "tar" else 25)
+    if fmt == "tar":
+        assert report["source"] == "4 tar shards"

@@ -44,12 +44,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
 from bench_workers import calibrate, numpy_work
-from common import Rates, optional
+from common import Rates, Run, Shared, Workload, optional, replay
 
 from aioload import DataLoader, DistributedSampler
 
@@ -207,44 +208,47 @@ def cluster() -> Iterator[Any]:
 # -- 1. per-batch overhead ---------------------------------------------------------
 
 
+@contextmanager
+def executors() -> Iterator[tuple[Any, concurrent.futures.ProcessPoolExecutor]]:
+    """The dask executor of a :func:`cluster` (None without dask.distributed) and a
+    ``ProcessPoolExecutor(WORKERS)``, both closed at the end."""
+    with ExitStack() as stack:
+        dask = None
+        if distributed is not None:
+            dask = stack.enter_context(cluster()).get_executor(pure=False)
+        pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(WORKERS))
+        yield dask, pool
+
+
+def overhead_cases(
+    dataset: Any, batch: int, ahead: int, dask: Any, pool: Any
+) -> dict[str, Callable[[], DataLoader]]:
+    """The loaders of measurement 1: the process backend, dask's executor, the pool."""
+
+    def process_backend() -> DataLoader:
+        return DataLoader(dataset, batch_size=batch, num_workers=WORKERS, prefetch_factor=ahead)
+
+    def executor(on: Any) -> Callable[[], DataLoader]:
+        return lambda: DataLoader(dataset, batch_size=batch, executor=on, prefetch_factor=ahead)
+
+    return {PROCESS: process_backend, DASK: executor(dask), POOL: executor(pool)}
+
+
 def overhead(repeat: int, duration: float) -> dict[str, float]:
     rounds, item_cost = calibrate(numpy_work)
     print(f"\n1. dask executor against the process backend ({WORKERS} workers each)")
     print(f"   items: numpy work of {item_cost * 1e3:.2f} ms CPU each; batch {BATCH}")
-    with (
-        cluster() as client,
-        concurrent.futures.ProcessPoolExecutor(WORKERS) as pool,
-    ):
-        dask = client.get_executor(pure=False)
-
-        def process_backend(dataset: Any, batch: int, ahead: int = 2) -> Callable[[], DataLoader]:
-            return lambda: DataLoader(
-                dataset, batch_size=batch, num_workers=WORKERS, prefetch_factor=ahead
-            )
-
-        def executor(dataset: Any, batch: int, on: Any, ahead: int = 2) -> Callable[[], DataLoader]:
-            return lambda: DataLoader(dataset, batch_size=batch, executor=on, prefetch_factor=ahead)
-
-        items = NumpyItems(rounds)
+    with executors() as (dask, pool):
         cpu, cpu_costs = measure(
-            {
-                PROCESS: process_backend(items, BATCH),
-                DASK: executor(items, BATCH, dask),
-                POOL: executor(items, BATCH, pool),
-            },
+            overhead_cases(NumpyItems(rounds), BATCH, 2, dask, pool),
             repeat,
             duration,
             skip=WORKERS,
         )
         print(f"\n a. CPU-bound items, batch {BATCH}:")
         print_table(cpu, cpu_costs, "items/s", "item")
-        tiny = TinyItems()
         empty, empty_costs = measure(
-            {
-                PROCESS: process_backend(tiny, 1, EMPTY_AHEAD),
-                DASK: executor(tiny, 1, dask, EMPTY_AHEAD),
-                POOL: executor(tiny, 1, pool, EMPTY_AHEAD),
-            },
+            overhead_cases(TinyItems(), 1, EMPTY_AHEAD, dask, pool),
             repeat,
             duration,
             skip=WORKERS,
@@ -305,10 +309,16 @@ def rank_child(kind: str, duration: float, rounds: int) -> None:
     sampler = DistributedSampler(range(1 << 22), shuffle=False)
     loader = DataLoader(dataset, sampler=sampler, num_workers=WORKERS, **options)
     items, seconds, _ = timed(loader, duration, skip=WORKERS)
-    json.dump({"rate": items / seconds}, sys.stdout)
+    json.dump({"rate": items / seconds, "items": items, "seconds": seconds}, sys.stdout)
 
 
 def run_ranks(world: int, kind: str, duration: float, rounds: int) -> list[float]:
+    """Each rank's items/s, ``world`` ranks at once."""
+    return [rank["rate"] for rank in rank_results(world, kind, duration, rounds)]
+
+
+def rank_results(world: int, kind: str, duration: float, rounds: int) -> list[dict[str, float]]:
+    """What each of ``world`` ranks run at once reports: rate, items, seconds."""
     children = [
         subprocess.Popen(
             [sys.executable, __file__, "--rank-child", kind, str(duration), str(rounds)],
@@ -318,13 +328,13 @@ def run_ranks(world: int, kind: str, duration: float, rounds: int) -> list[float
         )
         for rank in range(world)
     ]
-    rates = []
+    results = []
     for child in children:
         out, _ = child.communicate(timeout=120)
         if child.returncode != 0:
             raise RuntimeError(f"a rank failed with exit code {child.returncode}")
-        rates.append(json.loads(out)["rate"])
-    return rates
+        results.append(json.loads(out))
+    return results
 
 
 def ranks(repeat: int, duration: float) -> dict[str, float]:
@@ -347,6 +357,128 @@ def ranks(repeat: int, duration: float) -> dict[str, float]:
         figures[f"ranks_{kind}_ratio"] = ratio
     sys.stdout.flush()
     return figures
+
+
+# -- the report's suite (benchmarks/run.py) ---------------------------------------
+
+# The report's names: "aioload..." is how its plots colour a contender.
+CONTENDERS = {
+    PROCESS: f"aioload, process backend (num_workers={WORKERS})",
+    DASK: f"aioload, dask executor (LocalCluster, {WORKERS} workers)",
+    POOL: f"aioload, executor=ProcessPoolExecutor({WORKERS})",
+}
+ALONE = "aioload, one rank alone"
+EACH = "aioload, each of two ranks"
+
+
+def recorded(make: Callable[[], DataLoader], duration: float, record: list[Any]) -> Run:
+    """A run of a fresh loader (see :func:`timed`) that also records (units, CPU seconds)."""
+
+    def run() -> tuple[float, float]:
+        done, seconds, cpu = timed(make(), duration, skip=WORKERS)
+        record.append((done, cpu))
+        return done, seconds
+
+    return run
+
+
+def unavailable(why: str) -> Run:
+    def run() -> tuple[float, float]:
+        raise NotImplementedError(why)
+
+    return run
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """The two measurements as workloads of ``run.py``: throughput of the backends, then the
+    CPU per item (or batch) of every process involved over the same runs; each rank's items/s,
+    two ranks against one. The cluster and the pool start once, at the first workload that
+    uses them, and stop after the suite."""
+    duration = 0.5 if quick else 2.0
+    running = Shared(executors)
+    costs: dict[str, dict[str, list[tuple[float, float]]]] = {"cpu": {}, "empty": {}}
+
+    @cache
+    def rounds() -> int:
+        return calibrate(numpy_work)[0]
+
+    def backends(kind: str) -> Callable[[ExitStack], dict[str, Run]]:
+        def make(_: ExitStack) -> dict[str, Run]:
+            dask, pool = running.get()
+            if kind == "cpu":
+                cases = overhead_cases(NumpyItems(rounds()), BATCH, 2, dask, pool)
+            else:
+                cases = overhead_cases(TinyItems(), 1, EMPTY_AHEAD, dask, pool)
+            runs: dict[str, Run] = {}
+            for case, loader in cases.items():
+                name = CONTENDERS[case]
+                if case == DASK and dask is None:
+                    runs[name] = unavailable("dask.distributed is not installed")
+                else:
+                    runs[name] = recorded(loader, duration, costs[kind].setdefault(name, []))
+            return runs
+
+        return make
+
+    def cpu(kind: str) -> Callable[[ExitStack], dict[str, Run]]:
+        def make(_: ExitStack) -> dict[str, Run]:
+            return {
+                name: replay(partial(costs[kind].__getitem__, name), name)
+                for name in CONTENDERS.values()
+                if costs[kind].get(name)
+            }
+
+        return make
+
+    def ranks(kind: str) -> Callable[[ExitStack], dict[str, Run]]:
+        def make(_: ExitStack) -> dict[str, Run]:
+            def run(world: int) -> tuple[float, float]:
+                results = rank_results(world, kind, duration, rounds())
+                return sum(r["items"] for r in results), sum(r["seconds"] for r in results)
+
+            return {ALONE: partial(run, 1), EACH: partial(run, 2)}
+
+        return make
+
+    process = CONTENDERS[PROCESS]
+    cpu_items = f"CPU-bound items (~2 ms of numpy each), batch {BATCH}, {WORKERS} workers"
+    empty = f"empty batches (one trivial item), {EMPTY_AHEAD} per worker in flight"
+    found: list[Workload] = []
+    # First, before the cluster starts. Every run of a rank is a fresh process (seconds to
+    # start), which needs no warm-up run; the quick run keeps one kind.
+    for kind, label in (("cpu", "CPU-bound items"), ("latency", "latency-bound items (10 ms)")):
+        if quick and kind == "cpu":
+            continue
+        found.append(
+            Workload(
+                f"two ranks x num_workers={WORKERS}, {label}: items/s per rank",
+                "items/s",
+                ranks(kind),
+                baseline=ALONE,
+                warm_up=False,
+            )
+        )
+    found += [
+        Workload(cpu_items, "items/s", backends("cpu"), baseline=process, shared=(running,)),
+        Workload(
+            f"CPU per item, every process (CPU-bound items, batch {BATCH})",
+            "ms",
+            cpu("cpu"),
+            baseline=process,
+            scale=1e3,
+            lower_is_better=True,
+        ),
+        Workload(empty, "batches/s", backends("empty"), baseline=process, shared=(running,)),
+        Workload(
+            "CPU per batch, every process (empty batches)",
+            "ms",
+            cpu("empty"),
+            baseline=process,
+            scale=1e3,
+            lower_is_better=True,
+        ),
+    ]
+    return found
 
 
 def main() -> None:

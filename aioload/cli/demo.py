@@ -29,7 +29,6 @@ import os
 import tarfile
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -303,16 +302,13 @@ def _train(
     return meter.finish(loss=model.loss, accuracy=model.accuracy)
 
 
-# A direct connection: the demo's traffic stays on 127.0.0.1 whatever proxy is configured.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def _read_shards(urls: list[str]) -> Iterator[tuple[np.ndarray, int]]:
     """The decoded samples of the shards, read one after another with a blocking client."""
+    from aioload.sources.server import LOOPBACK_OPENER
     from aioload.sources.tar import split_name
 
     for url in urls:
-        with _OPENER.open(url) as response:
+        with LOOPBACK_OPENER.open(url) as response:
             data = response.read()
         sample: dict[str, Any] = {}
         with tarfile.open(fileobj=io.BytesIO(data)) as archive:

@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["ObjectServer", "die_with_parent"]
+__all__ = ["LOOPBACK_OPENER", "ObjectServer", "die_with_parent"]
 
 STATS_PATH = "/.aioload-stats"
 CONTROL_PATH = "/.aioload-control"
@@ -53,6 +53,11 @@ def die_with_parent() -> Callable[[], None] | None:
         prctl(set_death_signal, term)
 
     return preexec
+
+
+# Requests to the server go straight to 127.0.0.1, whatever proxy the environment names
+# (urllib's default opener would hand them to an HTTP_PROXY).
+LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ObjectServer:
@@ -170,7 +175,7 @@ class ObjectServer:
 
     def stats(self) -> dict[str, int]:
         """Requests answered so far and injected errors among them."""
-        with urllib.request.urlopen(self.url + STATS_PATH, timeout=10) as answer:
+        with LOOPBACK_OPENER.open(self.url + STATS_PATH, timeout=10) as answer:
             stats: dict[str, int] = json.loads(answer.read())
         return stats
 
@@ -197,7 +202,7 @@ class ObjectServer:
         request = urllib.request.Request(
             self.url + CONTROL_PATH, data=json.dumps(changes).encode(), method="POST"
         )
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with LOOPBACK_OPENER.open(request, timeout=10) as answer:
             answer.read()
 
     def __enter__(self) -> ObjectServer:

@@ -26,12 +26,14 @@ scheduler delivers it to the consumer and ends the epoch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from aioload.policy import SkippedItem
 
-__all__ = ["Backend", "Completion"]
+__all__ = ["Backend", "Completion", "when_done_on_loop"]
 
 
 class Completion(Protocol):
@@ -66,3 +68,21 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Releases what the backend holds for this epoch (tasks end with the scope)."""
         ...
+
+
+def when_done_on_loop(
+    future: concurrent.futures.Future[Any],
+    loop: asyncio.AbstractEventLoop,
+    callback: Callable[[int, concurrent.futures.Future[Any]], None],
+    seq: int,
+) -> None:
+    """Calls ``callback(seq, future)`` on ``loop`` once ``future`` (run in a thread or an
+    executor) is done; nothing when the loop has closed since (its epoch is gone)."""
+
+    def finished(future: concurrent.futures.Future[Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(callback, seq, future)
+        except RuntimeError:  # the loop is closed: the epoch is gone
+            pass
+
+    future.add_done_callback(finished)

@@ -60,7 +60,7 @@ from typing import Any
 
 import anyio.abc
 
-from aioload.backends.base import Completion
+from aioload.backends.base import Completion, when_done_on_loop
 from aioload.backends.executor_task import (
     EpochKey,
     Placement,
@@ -333,15 +333,7 @@ class ExecutorBackend:
         self._futures[seq] = future
         if self._dask is not None:
             self._keys[seq] = keys
-        loop = self._loop
-
-        def finished(future: concurrent.futures.Future[Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(self._done, seq, future)
-            except RuntimeError:  # the loop is closed: the epoch is gone
-                pass
-
-        future.add_done_callback(finished)
+        when_done_on_loop(future, self._loop, self._done, seq)
 
     def _submit_to_dask(self, seq: int, args: tuple[Any, ...]) -> concurrent.futures.Future[Any]:
         """Submits through the executor's client, keeping dask's future to release it.

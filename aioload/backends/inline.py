@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import anyio.abc
 
-from aioload.backends.base import Completion
+from aioload.backends.base import Completion, when_done_on_loop
 from aioload.eager import ItemPool
 from aioload.fetch import Fetcher, GuardedFetcher, Skip
 from aioload.policy import FaultPolicy, SkippedItem
@@ -169,15 +169,7 @@ class InlineBackend:
             )
         future = self._executor.submit(read, *args)
         self._in_thread.add(future)
-        loop = self._loop
-
-        def finished(future: concurrent.futures.Future[Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(self._thread_done, seq, future)
-            except RuntimeError:  # the loop is closed: the epoch is gone
-                pass
-
-        future.add_done_callback(finished)
+        when_done_on_loop(future, self._loop, self._thread_done, seq)
 
     def _thread_done(self, seq: int, future: concurrent.futures.Future[Any]) -> None:
         self._in_thread.discard(future)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import itertools
 import os
 import platform
@@ -47,7 +46,16 @@ from typing import Any
 import numpy as np
 import obstore
 import uvloop
-from bench_workers import Check, Measured, measure, print_table, throughput, torch_loader, version
+from bench_workers import (
+    BlockingObjects,
+    Check,
+    Measured,
+    measure,
+    print_table,
+    throughput,
+    torch_loader,
+    version,
+)
 from common import Run, Shared, Workload, optional, replay
 
 from aioload import DataLoader
@@ -89,32 +97,6 @@ class CycleKeys:
 
     def __iter__(self) -> Iterator[str]:
         return (key(i) for i in itertools.count())
-
-
-_connections: dict[int, http.client.HTTPConnection] = {}
-
-
-class BlockingObjects:
-    """torch's way: item ``i`` read with a blocking ``http.client`` GET, one keep-alive
-    connection per process, one item at a time per worker."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-
-    def __len__(self) -> int:
-        return 1 << 30
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        connection = _connections.get(os.getpid())
-        if connection is None:
-            connection = http.client.HTTPConnection("127.0.0.1", self.port)
-            _connections[os.getpid()] = connection
-        connection.request("GET", f"/objects/{key(i)}")
-        response = connection.getresponse()
-        body = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"object {i}: HTTP {response.status}")
-        return np.frombuffer(bytearray(body), np.uint8)
 
 
 # -- timing ---------------------------------------------------------------------------
@@ -383,7 +365,7 @@ def latency_cases(
         pid,
     )
     if torch_data is not None:
-        blocking = BlockingObjects(server.port or 0)
+        blocking = BlockingObjects(server.port or 0, "/objects/", key)
         for workers in torch_workers:
             cases[torch_name(workers)] = throughput(
                 partial(torch_loader, torch_data, blocking, workers, batch_size=BATCH),

@@ -154,10 +154,16 @@ _connections: dict[int, http.client.HTTPConnection] = {}
 
 class BlockingObjects:
     """Object ``i`` read with a blocking ``http.client`` call, one keep-alive connection per
-    process (torch's way: one item at a time per worker)."""
+    process (torch's way: one item at a time per worker).
 
-    def __init__(self, port: int) -> None:
+    The object of item ``i`` is at ``prefix + name(i)`` (``name``: module level, so that
+    the dataset pickles).
+    """
+
+    def __init__(self, port: int, prefix: str = "/obj/", name: Callable[[int], str] = str) -> None:
         self.port = port
+        self.prefix = prefix
+        self.name = name
 
     def __len__(self) -> int:
         return ENDLESS
@@ -168,7 +174,7 @@ class BlockingObjects:
         if connection is None:
             connection = http.client.HTTPConnection("127.0.0.1", self.port)
             _connections[os.getpid()] = connection
-        connection.request("GET", f"/obj/{i}")
+        connection.request("GET", self.prefix + self.name(i))
         response = connection.getresponse()
         body = response.read()
         if response.status != 200:

@@ -25,11 +25,15 @@ Example::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
-__all__ = ["EXIT_CODES", "CommandError", "main"]
+from aioload.iteration import new_event_loop
+
+__all__ = ["EXIT_CODES", "CommandError", "main", "run_async"]
 
 EXIT_CODES = {
     "ok": 0,
@@ -48,6 +52,12 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = EXIT_CODES["failed"]) -> None:
         super().__init__(message)
         self.code = code
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """Runs the coroutine ``main()`` to its end on a new event loop (uvloop's, as the loader's)."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(main())
 
 
 def exit_code(error: BaseException) -> int:

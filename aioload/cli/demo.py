@@ -23,18 +23,17 @@ it exits, also after Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import os
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from aioload.cli import CommandError
+from aioload.cli import CommandError, run_async
 from aioload.cli.meter import Meter, Result, format_table
 
 __all__ = ["Classifier", "add_parser", "decode_sample", "run", "write_dataset"]
@@ -238,22 +237,13 @@ def _aioload(
             waited_since = time.perf_counter()
 
     try:
-        _run_loop(train)
+        run_async(train)
     except BaseException:
         meter.close()
         raise
     finally:
         loader.close()
     return meter.finish(loss=model.loss, accuracy=model.accuracy)
-
-
-def _run_loop(main: Callable[[], Any]) -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
 
 
 def _serial(

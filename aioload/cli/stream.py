@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from aioload.cli import EXIT_CODES, CommandError
+from aioload.cli import EXIT_CODES, CommandError, run_async
 from aioload.cli.meter import Meter
 
 __all__ = ["TimedObjects", "add_parser", "run", "sample_size"]
@@ -206,9 +206,7 @@ def _measure(loader: Any, arguments: argparse.Namespace, tar: bool) -> dict[str,
                 break
 
     try:
-        from aioload.cli.demo import _run_loop
-
-        _run_loop(read)
+        run_async(read)
     except BaseException:
         meter.close()
         raise

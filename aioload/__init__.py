@@ -11,7 +11,6 @@ Example::
         ...
 """
 
-from aioload.backends.processes import WorkerCrashedError, WorkerError
 from aioload.collate import collate, default_collate, default_collate_fn_map, default_convert
 from aioload.datasets import (
     ArrayDataset,
@@ -24,15 +23,16 @@ from aioload.datasets import (
     TensorDataset,
     random_split,
 )
+from aioload.errors import (
+    ItemTimeoutError,
+    LoaderTimeoutError,
+    TooManySkippedError,
+    WorkerCrashedError,
+    WorkerError,
+)
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, DataLoader
-from aioload.policy import (
-    FaultPolicy,
-    ItemTimeoutError,
-    RetryPolicy,
-    SkippedItem,
-    TooManySkippedError,
-)
+from aioload.policy import FaultPolicy, RetryPolicy, SkippedItem
 from aioload.progressbar import progress
 from aioload.ranks import rank_and_world_size, split_by_rank_and_worker
 from aioload.samplers import (
@@ -45,9 +45,8 @@ from aioload.samplers import (
     WeightedRandomSampler,
     is_async_sampler,
 )
-from aioload.scheduler import LoaderTimeoutError
 from aioload.stats import IterationStats, LoaderStats
-from aioload.worker import WorkerInfo, get_worker_info
+from aioload.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [
     "DEFAULT_CONCURRENCY",

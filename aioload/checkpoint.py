@@ -1,32 +1,157 @@
-"""Checkpoints of a loader: what a state holds, and checking one before it is loaded.
+"""Checkpoints of a loader: what each epoch records of what the consumer received,
+``state_dict`` / ``load_state_dict``, and checking a state before it is loaded.
 
 A state (see :meth:`aioload.DataLoader.state_dict`) describes what the consumer
 has *received*: the epoch, the batches received in order (``batches``) and past
 them out of order (``received``), the epoch's base seed and the loader
 generator's state before drawing it, the sampler's state, and an iterable
 dataset's state (one per worker with workers, plus whose turn comes next).
+
+- :class:`Received` is an epoch's record of the batches the consumer took out
+  (the scheduler keeps it up to date);
+- :class:`Checkpoints` is a loader's checkpoint state: it starts each epoch
+  (its base seed, where a loaded state resumes), makes states and loads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aioload.samplers import BatchSampler, _Resumable
-from aioload.scheduler import Progress
+import numpy as np
+
+from aioload.samplers import BatchSampler, _check_generator_state, _plain, _Resumable, _stateful
 
 __all__ = [
     "STATE_VERSION",
+    "Checkpoints",
+    "EpochPlan",
     "EpochStart",
+    "Received",
     "Resume",
     "check_state",
     "check_worker_streams",
     "count_field",
-    "record_in",
 ]
 
 STATE_VERSION = 1
+"""Bumped when the layout of DataLoader.state_dict() changes, so an old state is refused clearly."""
+
+
+class Received:
+    """Which batches of one epoch the consumer has received (for checkpoints).
+
+    ``done``: every batch numbered below it was received (or had nothing to
+    deliver); ``extra``: batches numbered past ``done`` that were received
+    out of order (``in_order=False``; at most a window's worth). A resumed
+    epoch starts at ``done`` and does not fetch the batches in ``skip``.
+
+    :meth:`receive` runs on the consumer's thread once per batch, so it is a
+    field update or two. Batches that deliver nothing (every item skipped
+    under ``on_error='skip'``) are reported from the loop through
+    :meth:`nothing_for` into a deque, which the consumer's thread drains.
+
+    For an iterable dataset with ``state_dict``, ``stream_states`` maps a
+    batch to ``(worker, state)``: the worker that read it (None without
+    workers) and its dataset's state just after the batch was read (the stream
+    reads ahead of the consumer). ``stream_state`` is the state as of the last
+    batch received; with workers, ``{"workers": [state per worker],
+    "next_worker": the worker whose turn comes next}``.
+
+    Args:
+        in_order: the epoch delivers in sequence order.
+        done: the first batch of a resumed epoch (0 for a fresh one).
+        received: batches past ``done`` the interrupted run had received.
+        stream: track an iterable dataset's states.
+        stream_state: the dataset's state as of ``done`` (resumed epochs).
+    """
+
+    def __init__(
+        self,
+        in_order: bool = True,
+        done: int = 0,
+        received: Iterable[int] = (),
+        *,
+        stream: bool = False,
+        stream_state: Any = None,
+    ) -> None:
+        self.done = done
+        self.extra: set[int] = set(received)
+        self.skip = frozenset(self.extra)
+        self.finished = False  # the consumer received the end of a successful epoch
+        self.stream_states: dict[int, Any] | None = {} if stream else None
+        self.stream_state = stream_state
+        self._nothing: deque[int] = deque()
+        self.receive: Callable[[int], None]
+        if stream:
+            self.receive = self._receive_stream
+        elif in_order:
+            self.receive = self._receive_in_order
+        else:
+            self.receive = self._receive_any
+
+    def _receive_in_order(self, seq: int) -> None:
+        # In order, receiving ``seq`` means every batch before it went out or had nothing.
+        self.done = seq + 1
+
+    def _receive_stream(self, seq: int) -> None:
+        self.done = seq + 1
+        states = self.stream_states
+        if not states:
+            return
+        recorded = states.pop(seq, None)
+        if recorded is None:
+            return
+        worker, state = recorded
+        if worker is None:
+            self.stream_state = state
+        else:
+            # Each worker streams its own copy, and the consumer receives each
+            # worker's batches in the order it read them: its latest state counts.
+            workers = self.stream_state["workers"]
+            workers[worker] = state
+            self.stream_state["next_worker"] = (worker + 1) % len(workers)
+        # States of the same stream's earlier batches that delivered nothing.
+        for old in [old for old, (w, _) in states.items() if old < seq and w == worker]:
+            del states[old]
+
+    def _receive_any(self, seq: int) -> None:
+        if self._nothing:
+            self._settle()
+        if seq == self.done:
+            self._advance(seq + 1)
+        elif seq > self.done:
+            self.extra.add(seq)
+
+    def _advance(self, done: int) -> None:
+        extra = self.extra
+        while done in extra:
+            extra.discard(done)
+            done += 1
+        self.done = done
+
+    def _settle(self) -> None:
+        """Counts the batches that had nothing to deliver as received (consumer's thread)."""
+        nothing = self._nothing
+        while nothing:
+            seq = nothing.popleft()
+            if seq == self.done:
+                self._advance(seq + 1)
+            elif seq > self.done:
+                self.extra.add(seq)
+
+    def nothing_for(self, seq: int) -> None:
+        """Batch ``seq`` completed with nothing to deliver (call on the loop)."""
+        if self.stream_states is None:  # a stream's empty batches are past its end
+            self._nothing.append(seq)
+
+    def position(self) -> tuple[int, list[int]]:
+        """``done`` and the sorted batches past it already received (consumer's thread)."""
+        self._settle()
+        return self.done, sorted(self.extra)
 
 
 @dataclass
@@ -37,7 +162,7 @@ class EpochStart:
     base_seed: int
     generator: Any  # the loader generator's state before the base-seed draw
     sampler_before: Any  # the sampler's state before the epoch iterated it
-    progress: Progress
+    received: Received
     sampler_after: Any = None  # a built-in sampler's state once its iteration began
 
 
@@ -52,8 +177,240 @@ class Resume:
     stream_state: Any
 
 
-def record_in(states: dict[int, Any], seq: int, worker: int, state: Any) -> None:
-    states[seq] = (worker, state)
+@dataclass(frozen=True)
+class EpochPlan:
+    """How a new epoch starts: what :meth:`Checkpoints.start_epoch` decided.
+
+    Attributes:
+        received: the epoch's record of what the consumer receives.
+        base_seed: the seed of the epoch's workers (``base_seed + id``).
+        on_iter: for the scheduler to call once the sampler's iterator is open.
+        fast_forward: batches to draw and drop first (a resumed epoch over a
+            sampler without a state of its own).
+        resumed: the epoch continues a loaded state.
+    """
+
+    received: Received
+    base_seed: int
+    on_iter: Callable[[], None] | None
+    fast_forward: int
+    resumed: bool
+
+    def worker_streams(self) -> tuple[list[Any] | None, int]:
+        """A resumed stream's state per worker (None: start afresh) and whose turn is first."""
+        state = self.received.stream_state
+        if not self.resumed or self.received.stream_states is None or state is None:
+            return None, 0
+        return list(state["workers"]), state["next_worker"]
+
+
+class Checkpoints:
+    """A loader's checkpoint state (see :meth:`aioload.DataLoader.state_dict`).
+
+    Args:
+        dataset: the loader's dataset.
+        sampler: the sampler whose state a checkpoint holds (the batch sampler,
+            or the sampler without automatic batching); None for an iterable dataset.
+        generator: the loader's generator (None: fresh entropy every epoch).
+        iterable: the dataset is iterable.
+        num_workers: the loader's worker processes.
+        in_order: the loader yields in sequence order.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: Any,
+        generator: np.random.Generator | None,
+        *,
+        iterable: bool,
+        num_workers: int,
+        in_order: bool,
+    ) -> None:
+        self._dataset = dataset
+        self._sampler = sampler
+        self._generator = generator
+        self._iterable = iterable
+        self._stream = iterable and _stateful(dataset)
+        self._num_workers = num_workers
+        self._in_order = in_order
+        self._epoch = 0  # epochs started (or resumed past, after load_state_dict)
+        self._start: EpochStart | None = None  # what replays the latest epoch's start
+        self._resume: Resume | None = None  # loaded by load_state_dict for the next epoch
+        self._loaded: dict[str, Any] | None = None  # that state, until the next epoch starts
+
+    @property
+    def tracks_stream(self) -> bool:
+        """The dataset is a stream with a state of its own, taken after every batch."""
+        return self._stream
+
+    def start_epoch(self) -> EpochPlan:
+        """Starts the next epoch: draws its base seed and records what replays its start."""
+        resume, self._resume, self._loaded = self._resume, None, None
+        generator = self._generator
+        # A checkpoint replays this epoch's start from the generator state before the draw.
+        generator_before = None if generator is None else _plain(generator.bit_generator.state)
+        # Drawn every epoch, whatever num_workers, before the sampler draws (as
+        # torch does), so a seeded generator shuffles alike with or without workers.
+        # Without a generator every epoch gets fresh entropy, like the samplers.
+        rng = generator if generator is not None else np.random.default_rng()
+        base_seed = int(rng.integers(1 << 62))
+        if resume is not None:
+            base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
+        sampler = self._sampler
+        stream_state = None if resume is None else copy.deepcopy(resume.stream_state)
+        if self._stream and self._num_workers > 0 and stream_state is None:
+            stream_state = {"workers": [None] * self._num_workers, "next_worker": 0}
+        received = Received(
+            self._in_order,
+            0 if resume is None else resume.done,
+            () if resume is None else resume.received,
+            stream=self._stream,
+            stream_state=stream_state,
+        )
+        start = EpochStart(
+            number=self._epoch,
+            base_seed=base_seed,
+            generator=generator_before,
+            sampler_before=sampler.state_dict() if _stateful(sampler) else None,
+            received=received,
+        )
+        self._epoch += 1
+        self._start = start
+        on_iter = None
+        if count_field(sampler) is not None:
+
+            def on_iter() -> None:
+                # A built-in sampler's state once its iteration began: its start and a
+                # count that state_dict() lowers to what the consumer received.
+                start.sampler_after = sampler.state_dict()
+
+        return EpochPlan(
+            received,
+            base_seed,
+            on_iter,
+            0 if resume is None else resume.fast_forward,
+            resume is not None,
+        )
+
+    def check_checkpointable(self) -> None:
+        """Refuses an iterable dataset that cannot say where its stream stands."""
+        if self._iterable and not _stateful(self._dataset):
+            raise TypeError(
+                f"this DataLoader cannot checkpoint: its iterable dataset "
+                f"{type(self._dataset).__name__} has no state_dict()/load_state_dict(), so a "
+                "checkpoint could not say where its stream stood"
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's state (see :meth:`aioload.DataLoader.state_dict`)."""
+        self.check_checkpointable()
+        if self._loaded is not None:
+            return copy.deepcopy(self._loaded)
+        start = self._start
+        if start is None or start.received.finished:
+            return self._between_epochs(self._epoch, self._generator_state(), self._sampler_state())
+        done, received = start.received.position()
+        sampler_state = start.sampler_before
+        count = count_field(self._sampler)
+        if count is not None:
+            after = start.sampler_after
+            if after is None:
+                # The sampler was not iterated yet, so nothing was received: the
+                # state is that of the moment before this epoch began.
+                return self._between_epochs(start.number, start.generator, sampler_state)
+            sampler_state = {**after, "in_progress": True, count: done}
+        return {
+            "type": "DataLoader",
+            "version": STATE_VERSION,
+            "in_progress": True,
+            "epoch": start.number,
+            "batches": done,
+            "received": received,
+            "base_seed": start.base_seed,
+            "generator": start.generator,
+            "sampler": sampler_state,
+            "dataset": start.received.stream_state,
+        }
+
+    def _generator_state(self) -> Any:
+        generator = self._generator
+        return None if generator is None else _plain(generator.bit_generator.state)
+
+    def _sampler_state(self) -> Any:
+        return self._sampler.state_dict() if _stateful(self._sampler) else None
+
+    @staticmethod
+    def _between_epochs(epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
+        return {
+            "type": "DataLoader",
+            "version": STATE_VERSION,
+            "in_progress": False,
+            "epoch": epoch,
+            "batches": 0,
+            "received": [],
+            "base_seed": None,
+            "generator": generator,
+            "sampler": sampler,
+            "dataset": None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Loads ``state`` for the next epoch (see :meth:`aioload.DataLoader.load_state_dict`)."""
+        self.check_checkpointable()
+        in_progress, epoch, done, received, base_seed = check_state(state)
+        sampler = self._sampler
+        sampler_state = state.get("sampler")
+        if _stateful(sampler) != (sampler_state is not None):
+            raise ValueError(
+                f"DataLoader state has {'no' if sampler_state is None else 'a'} sampler state, "
+                f"but this loader's {type(sampler).__name__} has "
+                f"{'' if sampler_state is None else 'no '}state_dict(): build the loader with "
+                "the same arguments"
+            )
+        generator = state.get("generator")
+        if (generator is None) != (self._generator is None):
+            raise ValueError(
+                "DataLoader state has "
+                + (
+                    "no generator state, but this loader has a generator"
+                    if generator is None
+                    else "a generator state, but this loader has generator=None"
+                )
+                + ": build the loader with the same arguments"
+            )
+        if generator is not None:
+            if not isinstance(generator, Mapping):
+                raise ValueError("DataLoader state field 'generator' should be a dict or None")
+            _check_generator_state(generator, "DataLoader", self._generator)
+        if sampler is not None and sampler_state is not None:
+            try:
+                sampler.load_state_dict(sampler_state)
+            except Exception as exc:
+                exc.add_note("raised while loading the DataLoader's sampler state")
+                raise
+        if self._generator is not None and generator is not None:
+            # After the sampler's: a sampler sharing the generator set it to the start
+            # of its own iteration, which comes after the loader's base-seed draw.
+            self._generator.bit_generator.state = generator
+        dataset_state = state.get("dataset")
+        if in_progress and dataset_state is not None:
+            if self._num_workers > 0:
+                check_worker_streams(dataset_state, self._num_workers)  # loaded in each worker
+            else:
+                self._dataset.load_state_dict(dataset_state)
+        self._epoch = epoch
+        self._start = None
+        self._resume = None
+        if in_progress:
+            self._resume = Resume(
+                done=done,
+                received=received,
+                base_seed=base_seed,
+                fast_forward=0 if count_field(sampler) is not None else done,
+                stream_state=dataset_state,
+            )
+        self._loaded = copy.deepcopy(dict(state))
 
 
 def check_worker_streams(state: Any, num_workers: int) -> None:

@@ -10,7 +10,7 @@
   compute.
 
 Both tell the epoch the sequence number of every batch the caller takes out
-(:class:`~aioload.scheduler.Progress`): what a checkpoint describes. Both count
+(:class:`~aioload.checkpoint.Received`): what a checkpoint describes. Both count
 what the caller received and how long it waited for a batch that was not
 ready (the epoch's :class:`~aioload.stats.EpochRecorder`): the clock is read
 only when the caller has to wait.
@@ -30,24 +30,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aioload.errors import LoaderTimeoutError
+from aioload.eventloop import new_event_loop
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
-from aioload.scheduler import Epoch, LoaderTimeoutError
+from aioload.scheduler import Epoch
 
-__all__ = ["AsyncBatchIterator", "SyncBatchIterator", "new_event_loop"]
+__all__ = ["AsyncBatchIterator", "SyncBatchIterator"]
 
 _WAIT_SLICE = 0.1
 
 EpochFactory = Callable[[asyncio.AbstractEventLoop, LoopOutput | ThreadOutput, bool], Epoch]
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A uvloop event loop where uvloop is installed, else asyncio's default."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 def _timeout_error(epoch: Epoch, timeout: float) -> LoaderTimeoutError:

@@ -1,64 +1,43 @@
-"""DataLoader: torch's arguments and semantics, iterated with ``async for`` or ``for``."""
+"""DataLoader: torch's arguments and semantics, iterated with ``async for`` or ``for``.
+
+The public class and nothing more: its arguments (checked by
+:mod:`aioload.arguments`), ``len``, ``__iter__``/``__aiter__``, ``close``. An
+epoch is assembled from the loader's samplers, a backend built by
+:class:`~aioload.backends.factory.Backends` and the checkpoint record of
+:class:`~aioload.checkpoint.Checkpoints`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import copy
-import functools
-import itertools
 import math
-import multiprocessing
 import threading
-import uuid
-import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
-import anyio.abc
 import numpy as np
 
-from aioload.backends.base import Completion
-from aioload.backends.executor import ExecutorBackend, check_executor, executor_size
-from aioload.backends.inline import InlineBackend
-from aioload.backends.pool import WorkerPool, start_method_context
-from aioload.backends.processes import ProcessBackend
-from aioload.checkpoint import (
-    STATE_VERSION,
-    EpochStart,
-    Resume,
-    check_state,
-    check_worker_streams,
-    count_field,
-    record_in,
+from aioload.arguments import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_WORKER_RESTARTS,
+    check_arguments,
+    epoch_items,
+    window_size,
 )
+from aioload.backends.factory import Backends
+from aioload.backends.reader import WorkerSetup
+from aioload.checkpoint import Checkpoints
 from aioload.collate import default_collate, default_convert
-from aioload.fetch import Fetcher, inspect_dataset
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
-from aioload.policy import FaultPolicy, RetryPolicy, SkipLog, SkippedItem
-from aioload.samplers import (
-    BatchSampler,
-    RandomSampler,
-    SequentialSampler,
-    _as_generator,
-    _check_generator_state,
-    _plain,
-    _stateful,
-)
-from aioload.scheduler import BackendFactory, Epoch, Progress
-from aioload.stats import EpochRecorder, LoaderStats, StatsRecorder
-from aioload.worker import WorkerSetup
+from aioload.policy import RetryPolicy, SkipLog, SkippedItem
+from aioload.scheduler import Epoch
+from aioload.stats import LoaderStats, StatsRecorder
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_WORKER_RESTARTS", "DataLoader"]
 
-DEFAULT_CONCURRENCY = 256
-"""Async item fetches in flight at once on one event loop unless ``concurrency`` says otherwise."""
-
-DEFAULT_MAX_WORKER_RESTARTS = 3
-"""Worker deaths one epoch survives (by restarting the worker) unless told otherwise."""
-
-# Bumped when the layout of DataLoader.state_dict() changes, so an old state is refused clearly.
+T_co = TypeVar("T_co", covariant=True)
 
 _FROZEN_AFTER_INIT = (
     "batch_size",
@@ -68,6 +47,13 @@ _FROZEN_AFTER_INIT = (
     "dataset",
     "persistent_workers",
     "executor",
+    # What the window and the backend were sized and chosen by (torch reads them per
+    # iterator; here they are settled at construction, so a change would go unnoticed).
+    "num_workers",
+    "prefetch_factor",
+    "concurrency",
+    "in_order",
+    "generator",
     # The fault policy is settled at construction (and sent to persistent workers).
     "retry",
     "item_timeout",
@@ -76,7 +62,7 @@ _FROZEN_AFTER_INIT = (
 )
 
 
-class DataLoader:
+class DataLoader(Generic[T_co]):
     """Combines a dataset and a sampler and iterates over batches of the dataset.
 
     The arguments, defaults and errors are torch's ``DataLoader``'s; batches
@@ -264,138 +250,52 @@ class DataLoader:
         max_skipped: int | float | None = None,
         executor: concurrent.futures.Executor | None = None,
     ) -> None:
-        if not isinstance(num_workers, int) or isinstance(num_workers, bool):
-            raise TypeError(f"num_workers should be an int; got {num_workers!r}")
-        if num_workers < 0:
-            raise ValueError(
-                "num_workers option should be non-negative; "
-                "use num_workers=0 to disable multiprocessing."
-            )
-        if timeout < 0:
-            raise ValueError("timeout option should be non-negative")
-        if prefetch_factor is not None:
-            if not isinstance(prefetch_factor, int) or isinstance(prefetch_factor, bool):
-                raise TypeError(f"prefetch_factor should be an int; got {prefetch_factor!r}")
-            if prefetch_factor < 1:
-                raise ValueError(
-                    f"prefetch_factor should be a positive integer (batches in flight per "
-                    f"worker); got {prefetch_factor}"
-                )
-        elif num_workers > 0:
-            prefetch_factor = 2
-        if persistent_workers and num_workers == 0 and executor is None:
-            raise ValueError("persistent_workers option needs num_workers > 0")
-        if concurrency is None:
-            concurrency = DEFAULT_CONCURRENCY
-        elif not isinstance(concurrency, int) or isinstance(concurrency, bool):
-            raise TypeError(f"concurrency should be an int; got {concurrency!r}")
-        elif concurrency < 1:
-            raise ValueError(f"concurrency should be at least 1; got {concurrency}")
-        if not isinstance(in_order, bool):
-            raise TypeError(f"in_order should be a bool; got {in_order!r}")
-        _check_multiprocessing_context(multiprocessing_context, num_workers)
-        if (
-            not isinstance(max_worker_restarts, int)
-            or isinstance(max_worker_restarts, bool)
-            or max_worker_restarts < 0
-        ):
-            raise ValueError(
-                "max_worker_restarts should be a non-negative integer (worker deaths an epoch "
-                f"survives by restarting the worker); got {max_worker_restarts!r}"
-            )
-
-        policy = FaultPolicy(retry, item_timeout, on_error, max_skipped)
-
-        protocol = inspect_dataset(dataset)
-        if protocol.iterable and policy.active:
-            raise ValueError(
-                "retry, item_timeout and on_error='skip' apply to map-style datasets only: "
-                "an iterable dataset's stream cannot read a sample again; leave them at "
-                "their defaults (retry=None, item_timeout=None, on_error='raise')"
-            )
-        if executor is not None:
-            check_executor(
-                executor,
-                num_workers=num_workers,
-                persistent_workers=persistent_workers,
-                iterable=protocol.iterable,
-            )
-        if protocol.iterable:
-            if shuffle not in {False, None}:
-                raise ValueError(
-                    "DataLoader with IterableDataset: expected unspecified shuffle option, "
-                    f"but got shuffle={shuffle}"
-                )
-            if sampler is not None:
-                raise ValueError(
-                    "DataLoader with IterableDataset: expected unspecified sampler option, "
-                    f"but got sampler={sampler}"
-                )
-            if batch_sampler is not None:
-                raise ValueError(
-                    "DataLoader with IterableDataset: expected unspecified batch_sampler "
-                    f"option, but got batch_sampler={batch_sampler}"
-                )
-        else:
-            shuffle = bool(shuffle)
-
-        if sampler is not None and shuffle:
-            raise ValueError("sampler option is mutually exclusive with shuffle")
-        if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError(
-                    "batch_sampler option is mutually exclusive "
-                    "with batch_size, shuffle, sampler, and drop_last"
-                )
-            batch_size = None
-            drop_last = False
-        elif batch_size is None:
-            if drop_last:
-                raise ValueError(
-                    "batch_size=None option disables auto-batching "
-                    "and is mutually exclusive with drop_last"
-                )
-        else:
-            _check_batch_size(batch_size)
-            # torch's BatchSampler checks drop_last; the other branches only test its truth.
-            if not isinstance(drop_last, bool):
-                raise ValueError(
-                    f"drop_last should be a boolean value, but got drop_last={drop_last!r}"
-                )
-
-        rng = _as_generator(generator)
-        if not protocol.iterable:
-            if sampler is None:
-                sampler = (
-                    RandomSampler(dataset, generator=rng) if shuffle else SequentialSampler(dataset)
-                )
-            if batch_size is not None and batch_sampler is None:
-                batch_sampler = BatchSampler(sampler, batch_size, drop_last)
-
+        arguments = check_arguments(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            timeout=timeout,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            in_order=in_order,
+            concurrency=concurrency,
+            max_worker_restarts=max_worker_restarts,
+            retry=retry,
+            item_timeout=item_timeout,
+            on_error=on_error,
+            max_skipped=max_skipped,
+            executor=executor,
+        )
+        protocol = arguments.protocol
         self.dataset = dataset
         self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
+        self.prefetch_factor = arguments.prefetch_factor
         self.pin_memory = pin_memory
         self.pin_memory_device = pin_memory_device
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
         self.multiprocessing_context = multiprocessing_context
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self.generator = rng
+        self.batch_size = arguments.batch_size
+        self.drop_last = arguments.drop_last
+        self.sampler = arguments.sampler
+        self.batch_sampler = arguments.batch_sampler
+        self.generator = arguments.generator
         self.persistent_workers = persistent_workers
         self.in_order = in_order
-        self.concurrency = concurrency
+        self.concurrency = arguments.concurrency
         self.max_worker_restarts = max_worker_restarts
         self.retry = retry
         self.item_timeout = item_timeout
         self.on_error = on_error
         self.max_skipped = max_skipped
         self.executor = executor
-        # Who this loader is to its executor's workers, which keep its setup per epoch.
-        self._executor_token = uuid.uuid4().hex
+        policy = arguments.policy
         # None keeps the default path free of any fault-policy machinery.
         self._policy = policy if policy.active else None
         self._skip_log: SkipLog | None = None  # the latest epoch's skips
@@ -403,22 +303,32 @@ class DataLoader:
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
         self.collate_fn = collate_fn
-        self._window = self._window_size()
+        self._window = window_size(
+            num_workers=num_workers,
+            prefetch_factor=self.prefetch_factor,
+            concurrency=self.concurrency,
+            batch_size=self.batch_size,
+            batch_sampler=self.batch_sampler,
+            executor=executor,
+        )
         self._pin_pool: Any = None
         self._pin_lock = threading.Lock()
         self._stats = StatsRecorder()
-        self._pool: WorkerPool | None = None  # the persistent workers, once started
-        self._pool_lock = threading.Lock()
-        self._epochs = itertools.count()  # numbers epochs within a worker pool
-        self._epoch = 0  # epochs started (or resumed past, after load_state_dict)
-        self._start: EpochStart | None = None  # what replays the latest epoch's start
-        self._resume: Resume | None = None  # loaded by load_state_dict for the next epoch
-        self._loaded: dict[str, Any] | None = None  # that state, until the next epoch starts
-        if isinstance(max_skipped, float) and self._epoch_items() is None:
-            raise ValueError(
-                f"max_skipped={max_skipped!r} is a fraction of the epoch's items, but the "
-                "sampler has no length; give a count (an int) instead"
-            )
+        self._backends = Backends(
+            protocol,
+            num_workers=num_workers,
+            executor=executor,
+            persistent_workers=persistent_workers,
+            prefetch_factor=self.prefetch_factor,
+        )
+        self._checkpoints = Checkpoints(
+            dataset,
+            None if protocol.iterable else self._index_sampler,
+            self.generator,
+            iterable=protocol.iterable,
+            num_workers=num_workers,
+            in_order=in_order,
+        )
         self.__initialized = True
 
     def __setattr__(self, attr: str, value: Any) -> None:
@@ -437,20 +347,6 @@ class DataLoader:
     @property
     def _index_sampler(self) -> Any:
         return self.batch_sampler if self.batch_sampler is not None else self.sampler
-
-    def _window_size(self) -> int:
-        if self.executor is not None:
-            return (self.prefetch_factor or 2) * (executor_size(self.executor) or 1)
-        if self.prefetch_factor is not None:
-            per_worker = self.prefetch_factor
-        elif self.num_workers > 0:
-            per_worker = 2
-        else:
-            batch = self.batch_size or getattr(self.batch_sampler, "batch_size", None)
-            if not isinstance(batch, int) or batch < 1:
-                batch = 32 if self.batch_sampler is not None else 1
-            per_worker = max(4, 2 * math.ceil(self.concurrency / batch))
-        return per_worker * max(1, self.num_workers)
 
     @property
     def window(self) -> int:
@@ -513,22 +409,6 @@ class DataLoader:
         """
         return self._stats.snapshot()
 
-    def _epoch_items(self) -> int | None:
-        """How many items an epoch asks for, when the samplers tell (None: unknown)."""
-        try:
-            if self.batch_sampler is None:
-                return len(self.sampler)
-            sampler = getattr(self.batch_sampler, "sampler", None)
-            batch_size = getattr(self.batch_sampler, "batch_size", None)
-            if sampler is None or not isinstance(batch_size, int) or batch_size < 1:
-                return None
-            items = len(sampler)
-        except TypeError:
-            return None
-        if getattr(self.batch_sampler, "drop_last", False):
-            items -= items % batch_size
-        return items
-
     def __iter__(self) -> SyncBatchIterator:
         try:
             asyncio.get_running_loop()
@@ -550,57 +430,25 @@ class DataLoader:
         output: LoopOutput | ThreadOutput,
         offload_sync: bool,
     ) -> Epoch:
-        collate_fn = self.collate_fn
-        batch_size = self.batch_size if self._auto_collation else None
-        resume, self._resume, self._loaded = self._resume, None, None
-        # A checkpoint replays this epoch's start from the generator state before the draw.
-        generator_before = (
-            None if self.generator is None else _plain(self.generator.bit_generator.state)
-        )
-        # Drawn every epoch, whatever num_workers, before the sampler draws (as
-        # torch does), so a seeded generator shuffles alike with or without workers.
-        # Without a generator every epoch gets fresh entropy, like the samplers.
-        rng = self.generator if self.generator is not None else np.random.default_rng()
-        base_seed = int(rng.integers(1 << 62))
-        if resume is not None:
-            base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
-        start, on_iter, record_state = self._track_epoch(resume, base_seed, generator_before)
+        plan = self._checkpoints.start_epoch()
         policy = self._policy
         skips = None
         if policy is not None and policy.on_error == "skip":
-            skips = SkipLog(policy.skip_limit(self._epoch_items()), policy.max_skipped)
-        self._skip_log = skips
-        stats = self._stats.new_epoch(collated=self._auto_collation, batch_size=batch_size)
-        make_backend: BackendFactory
-        if self.num_workers > 0:
-            make_backend = self._process_backend_factory(
-                base_seed, start.progress, resumed=resume is not None, stats=stats
+            skips = SkipLog(
+                policy.skip_limit(epoch_items(self.sampler, self.batch_sampler)),
+                policy.max_skipped,
             )
-        elif self.executor is not None:
-            make_backend = self._executor_backend_factory(base_seed)
-        else:
-            fetcher = Fetcher(self.dataset, self._protocol)
-
-            def make_backend(
-                task_group: anyio.abc.TaskGroup, complete: Completion
-            ) -> InlineBackend:
-                return InlineBackend(
-                    fetcher,
-                    collate_fn,
-                    batch_size=batch_size,
-                    drop_last=self.drop_last,
-                    concurrency=self.concurrency,
-                    # Under the sync facade too, a sync read that retries runs in a
-                    # thread: its backoff waits then never hold up the loop, and
-                    # closing the epoch cuts them short.
-                    offload_sync=offload_sync or (policy is not None and policy.retry is not None),
-                    task_group=task_group,
-                    complete=complete,
-                    policy=policy,
-                    record_state=record_state,
-                    on_retry=stats.retried,
-                )
-
+        self._skip_log = skips
+        batch_size = self.batch_size if self._auto_collation else None
+        stats = self._stats.new_epoch(collated=self._auto_collation, batch_size=batch_size)
+        make_backend = self._backends.for_epoch(
+            self._worker_setup(),
+            plan,
+            stats,
+            offload_sync=offload_sync,
+            multiprocessing_context=self.multiprocessing_context,
+            max_worker_restarts=self.max_worker_restarts,
+        )
         return Epoch(
             None if self._protocol.iterable else self._index_sampler,
             make_backend,
@@ -610,69 +458,26 @@ class DataLoader:
             loop=loop,
             pin=self._pinner() if self.pin_memory else None,
             skips=skips,
-            progress=start.progress,
-            on_iter=on_iter,
-            fast_forward=0 if resume is None else resume.fast_forward,
+            progress=plan.received,
+            on_iter=plan.on_iter,
+            fast_forward=plan.fast_forward,
             stats=stats,
         )
 
-    def _track_epoch(
-        self, resume: Resume | None, base_seed: int, generator_before: Any
-    ) -> tuple[EpochStart, Callable[[], None] | None, Callable[[int], None] | None]:
-        """Records what replays a new epoch's start (see :meth:`state_dict`).
-
-        Returns the record, the hook the scheduler calls once the sampler's
-        iterator is open, and what records an iterable dataset's state per batch.
-        """
-        sampler: Any = None if self._protocol.iterable else self._index_sampler
-        stream = self._protocol.iterable and _stateful(self.dataset)
-        stream_state = None if resume is None else copy.deepcopy(resume.stream_state)
-        if stream and self.num_workers > 0 and stream_state is None:
-            stream_state = {"workers": [None] * self.num_workers, "next_worker": 0}
-        progress = Progress(
-            self.in_order,
-            0 if resume is None else resume.done,
-            () if resume is None else resume.received,
-            stream=stream,
-            stream_state=stream_state,
+    def _worker_setup(self) -> WorkerSetup:
+        """What reading this epoch's batches needs, wherever they are read."""
+        return WorkerSetup(
+            dataset=self.dataset,
+            collate_fn=self.collate_fn,
+            worker_init_fn=self.worker_init_fn,
+            batch_size=self.batch_size if self._auto_collation else None,
+            auto_collation=self._auto_collation,
+            drop_last=self.drop_last,
+            concurrency=self.concurrency,
+            num_workers=self.num_workers,
+            policy=self._policy,
+            track_stream_state=self._checkpoints.tracks_stream,
         )
-        start = EpochStart(
-            number=self._epoch,
-            base_seed=base_seed,
-            generator=generator_before,
-            sampler_before=sampler.state_dict() if _stateful(sampler) else None,
-            progress=progress,
-        )
-        self._epoch += 1
-        self._start = start
-        on_iter = None
-        if count_field(sampler) is not None:
-            assert sampler is not None
-
-            def on_iter() -> None:
-                # A built-in sampler's state once its iteration began: its start and a
-                # count that state_dict() lowers to what the consumer received.
-                start.sampler_after = sampler.state_dict()
-
-        record_state = None
-        states = progress.stream_states
-        if states is not None and self.num_workers == 0:
-            dataset = self.dataset
-
-            def record_state(seq: int) -> None:
-                states[seq] = (None, dataset.state_dict())
-
-        return start, on_iter, record_state
-
-    def _check_checkpointable(self) -> None:
-        if not self._protocol.iterable:
-            return
-        if not _stateful(self.dataset):
-            raise TypeError(
-                f"this DataLoader cannot checkpoint: its iterable dataset "
-                f"{type(self.dataset).__name__} has no state_dict()/load_state_dict(), so a "
-                "checkpoint could not say where its stream stood"
-            )
 
     def state_dict(self) -> dict[str, Any]:
         """Returns where the loader stands, as a small JSON-serialisable dict.
@@ -695,56 +500,7 @@ class DataLoader:
                 if step % 1000 == 0:
                     save(json.dumps(loader.state_dict()))
         """
-        self._check_checkpointable()
-        if self._loaded is not None:
-            return copy.deepcopy(self._loaded)
-        start = self._start
-        if start is None or start.progress.finished:
-            return self._between_epochs(self._epoch, self._generator_state(), self._sampler_state())
-        done, received = start.progress.position()
-        sampler = None if self._protocol.iterable else self._index_sampler
-        sampler_state = start.sampler_before
-        count = count_field(sampler)
-        if count is not None:
-            after = start.sampler_after
-            if after is None:
-                # The sampler was not iterated yet, so nothing was received: the
-                # state is that of the moment before this epoch began.
-                return self._between_epochs(start.number, start.generator, sampler_state)
-            sampler_state = {**after, "in_progress": True, count: done}
-        return {
-            "type": "DataLoader",
-            "version": STATE_VERSION,
-            "in_progress": True,
-            "epoch": start.number,
-            "batches": done,
-            "received": received,
-            "base_seed": start.base_seed,
-            "generator": start.generator,
-            "sampler": sampler_state,
-            "dataset": start.progress.stream_state,
-        }
-
-    def _generator_state(self) -> Any:
-        return None if self.generator is None else _plain(self.generator.bit_generator.state)
-
-    def _sampler_state(self) -> Any:
-        sampler: Any = None if self._protocol.iterable else self._index_sampler
-        return sampler.state_dict() if _stateful(sampler) else None
-
-    def _between_epochs(self, epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
-        return {
-            "type": "DataLoader",
-            "version": STATE_VERSION,
-            "in_progress": False,
-            "epoch": epoch,
-            "batches": 0,
-            "received": [],
-            "base_seed": None,
-            "generator": generator,
-            "sampler": sampler,
-            "dataset": None,
-        }
+        return self._checkpoints.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores a state from :meth:`state_dict`; the next iteration continues from it.
@@ -785,152 +541,7 @@ class DataLoader:
             for batch in loader:   # the rest of the interrupted epoch
                 ...
         """
-        self._check_checkpointable()
-        in_progress, epoch, done, received, base_seed = check_state(state)
-        sampler = None if self._protocol.iterable else self._index_sampler
-        sampler_state = state.get("sampler")
-        if _stateful(sampler) != (sampler_state is not None):
-            raise ValueError(
-                f"DataLoader state has {'no' if sampler_state is None else 'a'} sampler state, "
-                f"but this loader's {type(sampler).__name__} has "
-                f"{'' if sampler_state is None else 'no '}state_dict(): build the loader with "
-                "the same arguments"
-            )
-        generator = state.get("generator")
-        if (generator is None) != (self.generator is None):
-            raise ValueError(
-                "DataLoader state has "
-                + (
-                    "no generator state, but this loader has a generator"
-                    if generator is None
-                    else "a generator state, but this loader has generator=None"
-                )
-                + ": build the loader with the same arguments"
-            )
-        if generator is not None:
-            if not isinstance(generator, Mapping):
-                raise ValueError("DataLoader state field 'generator' should be a dict or None")
-            _check_generator_state(generator, "DataLoader", self.generator)
-        if sampler is not None and sampler_state is not None:
-            try:
-                sampler.load_state_dict(sampler_state)
-            except Exception as exc:
-                exc.add_note("raised while loading the DataLoader's sampler state")
-                raise
-        if self.generator is not None and generator is not None:
-            # After the sampler's: a sampler sharing the generator set it to the start
-            # of its own iteration, which comes after the loader's base-seed draw.
-            self.generator.bit_generator.state = generator
-        dataset_state = state.get("dataset")
-        if in_progress and dataset_state is not None:
-            if self.num_workers > 0:
-                check_worker_streams(dataset_state, self.num_workers)  # loaded in each worker
-            else:
-                self.dataset.load_state_dict(dataset_state)
-        self._epoch = epoch
-        self._start = None
-        self._resume = None
-        if in_progress:
-            self._resume = Resume(
-                done=done,
-                received=received,
-                base_seed=base_seed,
-                fast_forward=0 if count_field(sampler) is not None else done,
-                stream_state=dataset_state,
-            )
-        self._loaded = copy.deepcopy(dict(state))
-
-    def _process_backend_factory(
-        self,
-        base_seed: int,
-        progress: Progress,
-        *,
-        resumed: bool,
-        stats: EpochRecorder | None = None,
-    ) -> BackendFactory:
-        persistent = self.persistent_workers
-        if persistent:
-            with self._pool_lock:
-                if self._pool is None or self._pool.closed:
-                    self._pool = self._new_pool(base_seed)
-                pool = self._pool
-        else:
-            pool = self._new_pool(base_seed)
-        epoch = next(self._epochs)
-        # A tracked stream: each worker's state rides with its batches; a resumed
-        # epoch starts each worker's stream where the checkpoint left it.
-        states = progress.stream_states
-        record = None if states is None else functools.partial(record_in, states)
-        resume_streams, first_worker = None, 0
-        if states is not None and resumed:
-            resume_streams = list(progress.stream_state["workers"])
-            first_worker = progress.stream_state["next_worker"]
-
-        def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> ProcessBackend:
-            return ProcessBackend(
-                pool,
-                owns_pool=not persistent,
-                epoch=epoch,
-                iterable=self._protocol.iterable,
-                max_restarts=self.max_worker_restarts,
-                task_group=task_group,
-                complete=complete,
-                resume_streams=resume_streams,
-                first_worker=first_worker,
-                record_stream_state=record,
-                stats=stats,
-            )
-
-        return make_backend
-
-    def _worker_setup(self, num_workers: int, track_stream_state: bool = False) -> WorkerSetup:
-        """What every worker (process or executor task) needs to read batches."""
-        return WorkerSetup(
-            dataset=self.dataset,
-            collate_fn=self.collate_fn,
-            worker_init_fn=self.worker_init_fn,
-            batch_size=self.batch_size if self._auto_collation else None,
-            drop_last=self.drop_last,
-            concurrency=self.concurrency,
-            num_workers=num_workers,
-            policy=self._policy,
-            track_stream_state=track_stream_state,
-        )
-
-    def _executor_backend_factory(self, base_seed: int) -> BackendFactory:
-        executor = self.executor
-        assert executor is not None
-        setup = self._worker_setup(executor_size(executor) or 1)
-        key = (self._executor_token, next(self._epochs))
-
-        def make_backend(task_group: anyio.abc.TaskGroup, complete: Completion) -> ExecutorBackend:
-            return ExecutorBackend(
-                executor,
-                setup,
-                key=key,
-                base_seed=base_seed,
-                task_group=task_group,
-                complete=complete,
-                max_resubmits=self.max_worker_restarts,
-            )
-
-        return make_backend
-
-    def _new_pool(self, base_seed: int) -> WorkerPool:
-        setup = self._worker_setup(
-            self.num_workers,
-            track_stream_state=self._protocol.iterable and _stateful(self.dataset),
-        )
-        pool = WorkerPool(
-            setup,
-            start_method_context(self.multiprocessing_context),
-            base_seed,
-            keep_free=(self.prefetch_factor or 2) + 2,
-        )
-        if self.persistent_workers:
-            # The workers go when the loader is closed or collected, or at exit.
-            weakref.finalize(self, pool.close)
-        return pool
+        self._checkpoints.load_state_dict(state)
 
     def close(self) -> None:
         """Stops the persistent worker processes (``persistent_workers=True``).
@@ -939,12 +550,9 @@ class DataLoader:
         exit; a later iteration starts new ones. Without persistent workers
         there is nothing to close: every epoch stops its own workers.
         """
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        self._backends.close()
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> DataLoader[T_co]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -963,33 +571,3 @@ class DataLoader:
             return pin_batch(batch, pool, device=device)
 
         return pin
-
-
-def _check_batch_size(batch_size: Any) -> None:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-        raise ValueError(
-            "batch_size should be a positive integer value or None, "
-            f"but got batch_size={batch_size!r}"
-        )
-
-
-def _check_multiprocessing_context(context: Any, num_workers: int) -> None:
-    if context is None:
-        return
-    if num_workers == 0:
-        raise ValueError(
-            "multiprocessing_context can only be used with multi-process loading "
-            f"(num_workers > 0), but got num_workers={num_workers}"
-        )
-    if isinstance(context, str):
-        start_methods = multiprocessing.get_all_start_methods()
-        if context not in start_methods:
-            raise ValueError(
-                "multiprocessing_context option should specify a valid start method in "
-                f"{start_methods!r}, but got multiprocessing_context={context!r}"
-            )
-    elif not isinstance(context, multiprocessing.context.BaseContext):
-        raise TypeError(
-            "multiprocessing_context option should be a valid context object or a string "
-            f"specifying the start method, but got multiprocessing_context={context!r}"
-        )

@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aioload.errors import ItemTimeoutError, TooManySkippedError
+
 __all__ = [
     "FaultPolicy",
     "ItemTimeoutError",
@@ -43,33 +45,6 @@ __all__ = [
 logger = logging.getLogger("aioload")
 
 ON_ERROR_CHOICES = ("raise", "skip")
-
-
-class ItemTimeoutError(TimeoutError):
-    """One attempt at reading an item took longer than the loader's ``item_timeout``."""
-
-
-class TooManySkippedError(RuntimeError):
-    """An epoch skipped more items than ``max_skipped`` allows; the epoch ends with it.
-
-    Attributes:
-        skipped: every item the epoch skipped, in the order they were recorded
-            (the last one crossed the limit).
-        limit: the most skips the epoch allowed.
-    """
-
-    def __init__(self, message: str, *, skipped: Sequence[SkippedItem], limit: int) -> None:
-        super().__init__(message)
-        self.skipped = tuple(skipped)
-        self.limit = limit
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keyword-only arguments: the default reduce would call __init__(message) only.
-        return _rebuild_too_many, (str(self), self.skipped, self.limit)
-
-
-def _rebuild_too_many(message: str, skipped: tuple[SkippedItem, ...], limit: int) -> Any:
-    return TooManySkippedError(message, skipped=skipped, limit=limit)
 
 
 def _is_real(value: object) -> bool:

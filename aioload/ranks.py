@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from aioload.worker import get_worker_info
+from aioload.worker_info import get_worker_info
 
 __all__ = ["rank_and_world_size", "split_by_rank_and_worker"]
 

@@ -12,15 +12,19 @@ Reorder: with ``in_order=True`` finished batches wait in a dict keyed by
 sequence number until every earlier one has gone out (the dict is bounded by
 the window); with ``in_order=False`` they go out as they finish.
 
-Skips: under ``on_error='skip'`` a completion carries the items its batch
+Outcomes: the backend reports each batch's
+:class:`~aioload.backends.base.Outcome` to :meth:`Epoch.deliver` and a fatal
+failure to :meth:`Epoch.fail` (the epoch is the backend's sink).
+
+Skips: under ``on_error='skip'`` an outcome carries the items its batch
 dropped; the epoch records them in its :class:`~aioload.policy.SkipLog` (which
 logs each once) as they arrive, and ends with the log's
-:class:`~aioload.policy.TooManySkippedError` once past ``max_skipped``. A
-batch whose every item was dropped completes with nothing to deliver, like a
-request past the end of a stream.
+:class:`~aioload.TooManySkippedError` once past ``max_skipped``; its
+retries are added to the stats. A batch whose every item was dropped
+completes with nothing to deliver, like a request past the end of a stream.
 
-Progress (checkpoints): the consumer's iterator tells the epoch's
-:class:`Progress` the sequence number of every batch it takes out. What the
+What was received (checkpoints): the consumer's iterator tells the epoch's
+:class:`~aioload.checkpoint.Received` the sequence number of every batch it takes out. What the
 consumer *received* is what a checkpoint describes, not what the sampler
 handed out (the producer runs up to a window ahead). A resumed epoch starts
 numbering at the checkpoint's prefix, and with ``in_order=False`` does not
@@ -48,21 +52,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable
 from itertools import islice
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from aioload.backends.base import Backend, Completion
+from aioload.backends.base import Backend, BackendFactory, Outcome
+from aioload.checkpoint import Received
+from aioload.errors import LoaderTimeoutError
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pin_stage import PinThread
-from aioload.policy import SkipLog, SkippedItem
+from aioload.policy import SkipLog
 from aioload.stats import EpochRecorder, Gauges, batch_nbytes
 
-__all__ = ["Epoch", "LoaderTimeoutError", "Progress", "Window"]
+__all__ = ["Epoch", "LoaderTimeoutError", "Window"]
 
 _DRY = object()  # an async sampler ran out while fast-forwarding
 _clock = time.perf_counter
@@ -70,10 +75,6 @@ _clock = time.perf_counter
 # epoch, then one in _MEASURE_MASK + 1; the others cost a comparison or two.
 _MEASURE_FIRST = 8
 _MEASURE_MASK = 31
-
-
-class LoaderTimeoutError(TimeoutError):
-    """The next batch did not arrive within the loader's ``timeout``."""
 
 
 class Window:
@@ -127,122 +128,6 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-BackendFactory = Callable[[anyio.abc.TaskGroup, Completion], Backend]
-
-
-class Progress:
-    """Which batches of one epoch the consumer has received (for checkpoints).
-
-    ``done``: every batch numbered below it was received (or had nothing to
-    deliver); ``extra``: batches numbered past ``done`` that were received
-    out of order (``in_order=False``; at most a window's worth). A resumed
-    epoch starts at ``done`` and does not fetch the batches in ``skip``.
-
-    :meth:`receive` runs on the consumer's thread once per batch, so it is a
-    field update or two. Batches that deliver nothing (every item skipped
-    under ``on_error='skip'``) are reported from the loop through
-    :meth:`nothing_for` into a deque, which the consumer's thread drains.
-
-    For an iterable dataset with ``state_dict``, ``stream_states`` maps a
-    batch to ``(worker, state)``: the worker that read it (None without
-    workers) and its dataset's state just after the batch was read (the stream
-    reads ahead of the consumer). ``stream_state`` is the state as of the last
-    batch received; with workers, ``{"workers": [state per worker],
-    "next_worker": the worker whose turn comes next}``.
-
-    Args:
-        in_order: the epoch delivers in sequence order.
-        done: the first batch of a resumed epoch (0 for a fresh one).
-        received: batches past ``done`` the interrupted run had received.
-        stream: track an iterable dataset's states.
-        stream_state: the dataset's state as of ``done`` (resumed epochs).
-    """
-
-    def __init__(
-        self,
-        in_order: bool = True,
-        done: int = 0,
-        received: Iterable[int] = (),
-        *,
-        stream: bool = False,
-        stream_state: Any = None,
-    ) -> None:
-        self.done = done
-        self.extra: set[int] = set(received)
-        self.skip = frozenset(self.extra)
-        self.finished = False  # the consumer received the end of a successful epoch
-        self.stream_states: dict[int, Any] | None = {} if stream else None
-        self.stream_state = stream_state
-        self._nothing: deque[int] = deque()
-        self.receive: Callable[[int], None]
-        if stream:
-            self.receive = self._receive_stream
-        elif in_order:
-            self.receive = self._receive_in_order
-        else:
-            self.receive = self._receive_any
-
-    def _receive_in_order(self, seq: int) -> None:
-        # In order, receiving ``seq`` means every batch before it went out or had nothing.
-        self.done = seq + 1
-
-    def _receive_stream(self, seq: int) -> None:
-        self.done = seq + 1
-        states = self.stream_states
-        if not states:
-            return
-        recorded = states.pop(seq, None)
-        if recorded is None:
-            return
-        worker, state = recorded
-        if worker is None:
-            self.stream_state = state
-        else:
-            # Each worker streams its own copy, and the consumer receives each
-            # worker's batches in the order it read them: its latest state counts.
-            workers = self.stream_state["workers"]
-            workers[worker] = state
-            self.stream_state["next_worker"] = (worker + 1) % len(workers)
-        # States of the same stream's earlier batches that delivered nothing.
-        for old in [old for old, (w, _) in states.items() if old < seq and w == worker]:
-            del states[old]
-
-    def _receive_any(self, seq: int) -> None:
-        if self._nothing:
-            self._settle()
-        if seq == self.done:
-            self._advance(seq + 1)
-        elif seq > self.done:
-            self.extra.add(seq)
-
-    def _advance(self, done: int) -> None:
-        extra = self.extra
-        while done in extra:
-            extra.discard(done)
-            done += 1
-        self.done = done
-
-    def _settle(self) -> None:
-        """Counts the batches that had nothing to deliver as received (consumer's thread)."""
-        nothing = self._nothing
-        while nothing:
-            seq = nothing.popleft()
-            if seq == self.done:
-                self._advance(seq + 1)
-            elif seq > self.done:
-                self.extra.add(seq)
-
-    def nothing_for(self, seq: int) -> None:
-        """Batch ``seq`` completed with nothing to deliver (call on the loop)."""
-        if self.stream_states is None:  # a stream's empty batches are past its end
-            self._nothing.append(seq)
-
-    def position(self) -> tuple[int, list[int]]:
-        """``done`` and the sorted batches past it already received (consumer's thread)."""
-        self._settle()
-        return self.done, sorted(self.extra)
-
-
 class Epoch:
     """One pass: sampler → scheduler → backend → reorder → (pin) → output.
 
@@ -277,7 +162,7 @@ class Epoch:
         loop: asyncio.AbstractEventLoop,
         pin: Callable[[Any], Any] | None = None,
         skips: SkipLog | None = None,
-        progress: Progress | None = None,
+        progress: Received | None = None,
         on_iter: Callable[[], None] | None = None,
         fast_forward: int = 0,
         stats: EpochRecorder | None = None,
@@ -288,7 +173,7 @@ class Epoch:
         self._map_style = batches is not None
         self._plain = self._collated and self._map_style  # items = len(keys)
         self._submitted: dict[int, float] = {}  # seq -> when it went to the backend
-        self.progress = progress if progress is not None else Progress(in_order)
+        self.progress = progress if progress is not None else Received(in_order)
         self._on_iter = on_iter
         self._fast_forward = fast_forward
         self._batches = batches
@@ -376,7 +261,7 @@ class Epoch:
         backend: Backend | None = None
         try:
             async with anyio.create_task_group() as tg:
-                backend = self._make_backend(tg, self._complete)
+                backend = self._make_backend(tg, self)
                 tg.start_soon(self._produce_all, backend)
                 # Backends may complete from threads or processes, outside the task group.
                 await self._all_delivered.wait()
@@ -462,44 +347,45 @@ class Epoch:
                 if self.stop_requested:
                     return
 
-    def _complete(
-        self,
-        seq: int,
-        batch: Any = None,
-        error: BaseException | None = None,
-        exhausted: bool = False,
-        skipped: Sequence[SkippedItem] = (),
-    ) -> None:
-        if seq < 0:
-            self._fail(error)
-            return
+    def deliver(self, outcome: Outcome) -> None:
+        """Batch ``outcome.seq`` is done (the backend's side of the sink; on the loop)."""
+        seq = outcome.seq
         keys = self._pending.pop(seq)
         if self._finished:
             return  # the epoch failed: nobody waits for this batch any more
+        if outcome.retries:
+            self.stats.add_retries(outcome.retries)
+        skipped = outcome.skipped
         if skipped:
             self.stats.skipped += len(skipped)
             assert self._skips is not None, "a backend skipped items without on_error='skip'"
             too_many = self._skips.record(seq, skipped)
             if too_many is not None:
-                self._fail(too_many)
+                self.fail(too_many)
                 return
         delivery: Delivery | None
-        if exhausted:
+        error = outcome.error
+        if error is not None:
+            described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
+            error.add_note(f"raised while fetching {described}")
+            delivery = Delivery(seq, error=error)
+            self._record_latency(seq)
+        elif outcome.empty or outcome.end:
             delivery = None
             self._submitted.pop(seq, None)
             self.window.release()
             if not self._in_order:
                 self.progress.nothing_for(seq)
-        elif error is not None:
-            described = f"batch {seq}" if keys is None else f"batch {seq} (keys {keys!r})"
-            error.add_note(f"raised while fetching {described}")
-            delivery = Delivery(seq, error=error)
-            self._record_latency(seq)
-        elif self._plain and not skipped and seq & _MEASURE_MASK and seq >= _MEASURE_FIRST:
-            # Most batches: the keys tell the items, and nothing is measured.
-            delivery = Delivery(seq, batch, None, len(keys))
         else:
-            delivery = Delivery(seq, batch, None, self._measure(seq, keys, batch, skipped))
+            states = self.progress.stream_states
+            if states is not None:  # read ahead of the consumer: the state as of this batch
+                states[seq] = (outcome.worker, outcome.stream_state)
+            batch = outcome.batch
+            if self._plain and not skipped and seq & _MEASURE_MASK and seq >= _MEASURE_FIRST:
+                # Most batches: the keys tell the items, and nothing is measured.
+                delivery = Delivery(seq, batch, None, len(keys))
+            else:
+                delivery = Delivery(seq, batch, None, self._measure(seq, keys, batch, len(skipped)))
         if not self._in_order:
             if delivery is not None:
                 self._emit(delivery)
@@ -508,14 +394,14 @@ class Epoch:
         if self._produced:
             self._maybe_finish()
 
-    def _measure(self, seq: int, keys: Any, batch: Any, skipped: Sequence[SkippedItem]) -> int:
+    def _measure(self, seq: int, keys: Any, batch: Any, skipped: int) -> int:
         """The items of batch ``seq``; records its bytes and latency if it is measured."""
         stats = self.stats
         if not self._map_style:  # a stream's batch: its length is its item count
             items, nbytes = stats.measure(keys, batch, 0)
             stats.sample(items, nbytes)
         else:
-            items = len(keys) - len(skipped) if self._collated else 1
+            items = len(keys) - skipped if self._collated else 1
             if seq < _MEASURE_FIRST or not seq & _MEASURE_MASK:
                 stats.sample(items, batch_nbytes(batch))
         self._record_latency(seq)
@@ -546,8 +432,8 @@ class Epoch:
         if self._in_order:
             self._in_order_out(seq, None)
 
-    def _fail(self, error: BaseException | None) -> None:
-        """The backend cannot go on: deliver its error and end the epoch."""
+    def fail(self, error: BaseException | None) -> None:
+        """The backend cannot go on: deliver its error and end the epoch (on the loop)."""
         if self._finished:
             return
         self._finished = True

@@ -1,4 +1,4 @@
-"""The messages between a loader and its worker processes.
+"""The messages between a loader and its workers, and the wire form of an outcome.
 
 Each worker has two socket pairs:
 
@@ -9,6 +9,15 @@ Each worker has two socket pairs:
   shared-memory segment the first time the loader sees that segment (the
   payload itself is in the segment, see :mod:`aioload.transport`). Message
   boundaries are kept, so a descriptor always arrives with its own header.
+
+What crosses a process or pickle boundary for one batch — a worker process's
+result segment, an executor task's return value — is the wire form of its
+:class:`~aioload.backends.base.Outcome` (:func:`outcome_to_wire`): the bare
+batch when that is all there is to say (the common case costs nothing
+extra), else a :class:`WireOutcome`, whose error travels as an
+:class:`ErrorReport` (pickled where it can be, always with its type, message,
+notes and traceback as text). :func:`outcome_from_wire` makes the outcome again
+on the loader's side, rebuilding the error.
 """
 
 from __future__ import annotations
@@ -18,12 +27,21 @@ import os
 import pickle
 import socket
 import struct
+import traceback
+from dataclasses import dataclass
 from typing import Any
 
+from aioload.backends.base import Outcome
+from aioload.errors import WorkerError
+from aioload.policy import SkippedItem
 from aioload.transport import Written
 
 __all__ = [
     "FRAME_LENGTH",
+    "ErrorReport",
+    "WireOutcome",
+    "outcome_from_wire",
+    "outcome_to_wire",
     "RESULT",
     "Command",
     "Result",
@@ -52,10 +70,9 @@ class Command(enum.IntEnum):
 class Result(enum.IntEnum):
     """What a worker reports."""
 
-    BATCH = 1  # the segment holds the batch
-    ERROR = 2  # the segment holds the error (see aioload.worker.ErrorReport)
-    EXHAUSTED = 3  # the worker's stream has no more batches
-    START_FAILED = 4  # the segment holds the error that stopped the worker's start
+    OUTCOME = 1  # the segment holds a batch's outcome in its wire form (outcome_to_wire)
+    END = 3  # the worker's stream has no more batches (no segment)
+    START_FAILED = 4  # the segment holds the ErrorReport that stopped the worker's start
 
 
 def command_frame(*fields: Any) -> bytes:
@@ -105,3 +122,121 @@ def receive_results(
         if not data:
             return results, True
         results.append((*RESULT.unpack(data), fds[0] if fds else None))
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """An exception on its way out of a worker.
+
+    ``error`` is the pickled exception (its notes included), or None when it
+    cannot be pickled; the type's name, the message, the notes and the
+    formatted traceback always cross, so :meth:`rebuild` can stand a
+    :class:`~aioload.WorkerError` in for an error that does not unpickle.
+    """
+
+    error: bytes | None
+    type_name: str
+    message: str
+    traceback: str
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, error: BaseException) -> ErrorReport:
+        """Packs ``error`` (and its traceback, as text)."""
+        text = "".join(traceback.format_exception(error))
+        try:
+            pickled: bytes | None = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            pickled = None
+        kind = type(error)
+        notes = tuple(getattr(error, "__notes__", ()))
+        return cls(pickled, f"{kind.__module__}.{kind.__qualname__}", str(error), text, notes)
+
+    def rebuild(self, where: str | None = None) -> BaseException:
+        """The exception again (or a WorkerError naming it), with notes on where it came from.
+
+        ``where`` (``"DataLoader worker 1 (pid 123)"``) becomes a note
+        ``raised in …``; the worker's traceback is always added as a note.
+        """
+        error: BaseException | None = None
+        if self.error is not None:
+            try:
+                error = pickle.loads(self.error)
+            except Exception:
+                error = None
+        if not isinstance(error, BaseException):
+            error = WorkerError(f"{self.type_name}: {self.message}")
+            for note in self.notes:
+                error.add_note(note)
+        if where is not None:
+            error.add_note(f"raised in {where}")
+        error.add_note(f"worker traceback:\n{self.traceback.rstrip()}")
+        return error
+
+
+@dataclass(frozen=True, slots=True)
+class WireOutcome:
+    """An :class:`~aioload.backends.base.Outcome` that says more than its batch.
+
+    ``error`` is an :class:`ErrorReport`, or the exception itself where
+    nothing is pickled (a thread pool in the loader's process). The sequence
+    number and the worker travel beside it (in the message header, or known
+    to whoever awaits the task).
+    """
+
+    batch: Any = None
+    error: ErrorReport | BaseException | None = None
+    skipped: tuple[SkippedItem, ...] = ()
+    retries: int = 0
+    stream_state: Any = None
+    empty: bool = False
+    end: bool = False
+
+
+def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
+    """The wire form of ``outcome``: its bare batch when nothing else is to be said.
+
+    ``pickled``: the form will be pickled, so an error goes as an
+    :class:`ErrorReport` (False keeps the exception object).
+    """
+    error = outcome.error
+    if (
+        error is None
+        and not outcome.skipped
+        and not outcome.retries
+        and outcome.stream_state is None
+        and not outcome.empty
+        and not outcome.end
+    ):
+        return outcome.batch
+    return WireOutcome(
+        outcome.batch,
+        ErrorReport.of(error) if pickled and error is not None else error,
+        outcome.skipped,
+        outcome.retries,
+        outcome.stream_state,
+        outcome.empty,
+        outcome.end,
+    )
+
+
+def outcome_from_wire(
+    payload: Any, seq: int, *, worker: int | None = None, where: str | None = None
+) -> Outcome:
+    """The outcome of batch ``seq`` from its wire form (see :meth:`ErrorReport.rebuild`)."""
+    if type(payload) is not WireOutcome:
+        return Outcome(seq, payload, worker=worker)
+    error = payload.error
+    if isinstance(error, ErrorReport):
+        error = error.rebuild(where)
+    return Outcome(
+        seq,
+        payload.batch,
+        error,
+        payload.skipped,
+        payload.retries,
+        payload.stream_state,
+        worker,
+        payload.empty,
+        payload.end,
+    )

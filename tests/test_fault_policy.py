@@ -387,8 +387,8 @@ def test_item_timeout_with_skip_drops_the_hanging_item() -> None:
     assert batches(loader) == [[0, 1, 3], [4, 6, 7]]
     assert time.monotonic() - start < 2  # the two hanging items waited together
     assert sorted((item.key, item.error_type) for item in loader.skipped) == [
-        (2, "aioload.policy.ItemTimeoutError"),
-        (5, "aioload.policy.ItemTimeoutError"),
+        (2, "aioload.errors.ItemTimeoutError"),
+        (5, "aioload.errors.ItemTimeoutError"),
     ]
 
 
@@ -631,4 +631,4 @@ def test_workers_all_failed_batch_and_item_timeout() -> None:
     )
     assert batches(loader) == [[0, 1, 2, 3], [8, 10, 11]]
     assert sorted(item.key for item in loader.skipped) == [4, 5, 6, 7, 9]
-    assert {item.error_type for item in loader.skipped} == {"aioload.policy.ItemTimeoutError"}
+    assert {item.error_type for item in loader.skipped} == {"aioload.errors.ItemTimeoutError"}

@@ -1,56 +1,88 @@
-"""The interface between the scheduler and the places where fetches run.
+"""The contract between the scheduler and the places where fetches run.
 
 The scheduler numbers batches and hands each one to a backend with
-:meth:`Backend.submit`; the backend reports back through the
-:class:`Completion` callback it was opened with, exactly once per submitted
-batch, from the loop thread — at once (a fetch that finished inside
-``submit``) or later (a task, a thread, a worker process).
+:meth:`Backend.submit`; the backend reports back to the :class:`OutcomeSink`
+it was opened with, from the loop thread — at once (a read that finished
+inside ``submit``) or later (a task, a thread, a worker process):
 
-For a map-style dataset ``keys`` is the batch's list of keys (one key when
-automatic batching is off). For an iterable dataset ``keys`` is None and means
-"the next batch of your stream"; a backend whose stream has run dry answers
-``exhausted=True`` and the scheduler stops asking once :attr:`Backend.exhausted`
-is set.
+- :meth:`OutcomeSink.deliver` exactly once per submitted batch, with its
+  :class:`Outcome`, whose fields say everything about it: the batch or the
+  error, the items the fault policy skipped, its retries, the stream's state
+  after it, and whether there is nothing to deliver (every item skipped) or
+  the stream has ended;
+- :meth:`OutcomeSink.fail` when the backend cannot go on at all (its worker
+  processes cannot start, a worker died past its restart limit): the epoch
+  delivers the error to the consumer and ends.
 
-Under a fault policy with ``on_error='skip'`` a completion also carries the
-items its batch dropped (``skipped``, :class:`~aioload.policy.SkippedItem`
-records); the batch holds the items that were read, and a batch whose every
-item was dropped completes with ``exhausted=True``: there is nothing to
-deliver for its sequence number (a map-style backend is never exhausted
-otherwise). The scheduler records the skips, whatever the batch's outcome.
+For a map-style dataset ``keys`` is the batch's sequence of keys, or one key
+when automatic batching is off. For an iterable dataset ``keys`` is None and
+means "the next batch of your stream"; the scheduler stops asking once
+:attr:`Backend.exhausted` is set.
 
-A backend that cannot go on at all (its worker processes cannot start, a
-worker died past its restart limit) reports ``seq=-1`` with the error: the
-scheduler delivers it to the consumer and ends the epoch.
+Every backend builds its outcomes with one reader
+(:class:`~aioload.backends.reader.BatchReader`); what crosses a process or
+pickle boundary is the outcome's wire form (:mod:`aioload.wire`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+import anyio.abc
 
 from aioload.policy import SkippedItem
 
-__all__ = ["Backend", "Completion", "when_done_on_loop"]
+__all__ = ["Backend", "BackendFactory", "Outcome", "OutcomeSink"]
 
 
-class Completion(Protocol):
-    """Called once per submitted batch with its result, its error, or exhaustion.
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What reading one batch came to.
 
-    ``skipped``: the items the fault policy dropped from the batch (see the
-    module docstring).
+    Attributes:
+        seq: the batch's sequence number.
+        batch: the collated batch (None when there is none: an error, nothing
+            to deliver, the end of a stream).
+        error: the exception that failed the batch, with its notes.
+        skipped: the items the fault policy dropped from the batch
+            (``on_error='skip'``); recorded whatever the batch's fate.
+        retries: attempts the fault policy repeated for this batch (stats).
+        stream_state: an iterable dataset's ``state_dict()`` right after this
+            batch was read (None unless the loader tracks the stream).
+        worker: the worker process that read it (None: the loader's loop, or
+            an executor), which a tracked stream's state belongs to.
+        empty: nothing to deliver: every item was skipped.
+        end: the stream has no more batches (nothing to deliver either).
     """
 
-    def __call__(
-        self,
-        seq: int,
-        batch: Any = None,
-        error: BaseException | None = None,
-        exhausted: bool = False,
-        skipped: Sequence[SkippedItem] = (),
-    ) -> None: ...
+    seq: int
+    batch: Any = None
+    error: BaseException | None = None
+    skipped: tuple[SkippedItem, ...] = ()
+    retries: int = 0
+    stream_state: Any = None
+    worker: int | None = None
+    empty: bool = False
+    end: bool = False
+
+    @property
+    def nothing(self) -> bool:
+        """There is no batch to deliver for this sequence number (not an error)."""
+        return self.empty or self.end
+
+
+class OutcomeSink(Protocol):
+    """Where a backend reports: one outcome per batch, or the end of everything."""
+
+    def deliver(self, outcome: Outcome) -> None:
+        """Batch ``outcome.seq`` is done (call on the loop)."""
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """The backend cannot go on: end the epoch with ``error`` (call on the loop)."""
+        ...
 
 
 class Backend(Protocol):
@@ -58,11 +90,11 @@ class Backend(Protocol):
 
     @property
     def exhausted(self) -> bool:
-        """True once an iterable source will produce no more batches."""
+        """True once the backend will produce no more batches (a stream ran dry)."""
         ...
 
     def submit(self, seq: int, keys: Any) -> None:
-        """Starts fetching batch ``seq``; the result goes to the completion callback."""
+        """Starts fetching batch ``seq``; its outcome goes to the sink."""
         ...
 
     async def aclose(self) -> None:
@@ -70,19 +102,5 @@ class Backend(Protocol):
         ...
 
 
-def when_done_on_loop(
-    future: concurrent.futures.Future[Any],
-    loop: asyncio.AbstractEventLoop,
-    callback: Callable[[int, concurrent.futures.Future[Any]], None],
-    seq: int,
-) -> None:
-    """Calls ``callback(seq, future)`` on ``loop`` once ``future`` (run in a thread or an
-    executor) is done; nothing when the loop has closed since (its epoch is gone)."""
-
-    def finished(future: concurrent.futures.Future[Any]) -> None:
-        try:
-            loop.call_soon_threadsafe(callback, seq, future)
-        except RuntimeError:  # the loop is closed: the epoch is gone
-            pass
-
-    future.add_done_callback(finished)
+BackendFactory = Callable[[anyio.abc.TaskGroup, OutcomeSink], Backend]
+"""Builds an epoch's backend inside the epoch's scope (its task group), reporting to the sink."""

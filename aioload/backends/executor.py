@@ -60,7 +60,7 @@ from typing import Any
 
 import anyio.abc
 
-from aioload.backends.base import Completion, when_done_on_loop
+from aioload.backends.base import Outcome, OutcomeSink
 from aioload.backends.executor_task import (
     EpochKey,
     Placement,
@@ -69,8 +69,10 @@ from aioload.backends.executor_task import (
     run_batch,
 )
 from aioload.backends.pool import pickle_for_workers
-from aioload.backends.processes import _in_thread
-from aioload.worker import SkippedBatch, WorkerSetup
+from aioload.backends.reader import WorkerSetup
+from aioload.backends.threads import in_thread, when_done_on_loop
+from aioload.stats import EpochRecorder
+from aioload.wire import outcome_from_wire
 
 __all__ = ["ExecutorBackend", "check_executor", "executor_size"]
 
@@ -170,9 +172,10 @@ class ExecutorBackend:
         key: the epoch's key (the loader's token and the epoch's number).
         base_seed: worker ``id`` seeds its generators with ``base_seed + id``.
         task_group: the epoch's scope.
-        complete: where results go.
+        sink: where outcomes go.
         max_resubmits: batches submitted again this epoch after dask gave their
             task up (the loader's ``max_worker_restarts``).
+        stats: the epoch's stats recorder, which counts resubmits as worker restarts.
     """
 
     def __init__(
@@ -183,15 +186,17 @@ class ExecutorBackend:
         key: EpochKey,
         base_seed: int,
         task_group: anyio.abc.TaskGroup,
-        complete: Completion,
+        sink: OutcomeSink,
         max_resubmits: int = 3,
+        stats: EpochRecorder | None = None,
     ) -> None:
+        self._stats = stats
         self._executor = executor
         self._setup = setup
         self._key = key
         self._base_seed = base_seed
         self._threads = _thread_ids(executor)
-        self._complete = complete
+        self._sink = sink
         self._loop = asyncio.get_running_loop()
         self._futures: dict[int, concurrent.futures.Future[Any]] = {}
         # dask: its own futures, submitted through the client (see _submit_to_dask).
@@ -216,7 +221,7 @@ class ExecutorBackend:
 
     def submit(self, seq: int, keys: Any) -> None:
         if self._failed:
-            self._complete(seq, exhausted=True)
+            self._sink.deliver(Outcome(seq, end=True))
         elif self._shipment is None:
             self._queued.append((seq, keys))
         else:
@@ -247,7 +252,7 @@ class ExecutorBackend:
     async def _begin(self) -> None:
         try:
             # Pickling the setup or broadcasting it to a cluster blocks: not on the loop.
-            await _in_thread(self._ship)
+            await in_thread(self._ship)
         except Exception as error:
             error.add_note("raised while sending the dataset and collate_fn to the executor")
             self._fail(error)
@@ -379,11 +384,13 @@ class ExecutorBackend:
             # holding its result died before the result was fetched. Run it again.
             if self._resubmitted < self._max_resubmits:
                 self._resubmitted += 1
+                if self._stats is not None:
+                    self._stats.worker_restarts += 1
                 self._send(seq, keys)
                 return
-            self._complete(
+            self._deliver_error(
                 seq,
-                error=concurrent.futures.CancelledError(
+                concurrent.futures.CancelledError(
                     f"dask cancelled this batch's task, and {self._resubmitted} batches were "
                     f"already submitted again this epoch (max_worker_restarts="
                     f"{self._max_resubmits})"
@@ -391,29 +398,28 @@ class ExecutorBackend:
             )
             return
         if future.cancelled():
-            self._complete(
+            self._deliver_error(
                 seq,
-                error=concurrent.futures.CancelledError(
+                concurrent.futures.CancelledError(
                     "the executor cancelled this batch's task (was it shut down?)"
                 ),
             )
             return
         error = future.exception()
-        if error is not None:
-            self._complete(seq, error=error)
+        if error is not None:  # the task returns the batch's own errors: this is the executor's
+            self._deliver_error(seq, error)
             return
-        result = future.result()
-        if type(result) is SkippedBatch:  # items the fault policy dropped ride along
-            self._complete(seq, result.batch, exhausted=result.empty, skipped=result.skipped)
-        else:
-            self._complete(seq, result)
+        self._sink.deliver(outcome_from_wire(future.result(), seq))
+
+    def _deliver_error(self, seq: int, error: BaseException) -> None:
+        self._sink.deliver(Outcome(seq, error=error))
 
     def _fail(self, error: BaseException) -> None:
         """Ends the epoch with ``error`` (the scheduler delivers it and stops)."""
         if self._failed:
             return
         self._failed = True
-        self._complete(-1, error=error)
+        self._sink.fail(error)
 
 
 def _pickle_setup(setup: WorkerSetup) -> bytes:

@@ -24,9 +24,14 @@ of a process pool, a dask worker — and does there what a worker process of
 - **Async datasets.** The items of the batch run concurrently on an event
   loop that belongs to the thread the task runs in: created by the thread's
   first task, reused by every later one, closed when the thread ends.
+- **The batch** is read by the same :class:`~aioload.backends.reader.BatchReader`
+  as every other backend's, and the task returns its outcome's wire form
+  (:func:`aioload.wire.outcome_to_wire`): the bare batch, or the batch with
+  its skips and retries, or the error.
 - **Errors** keep their type; a note names the worker. One that cannot be
-  pickled (a process or dask worker sends it back pickled) is replaced by a
-  :class:`~aioload.WorkerError` naming its type, with its traceback.
+  pickled (a process or dask worker sends it back pickled) is rebuilt in
+  the loader as a :class:`~aioload.WorkerError` naming its type, with its
+  traceback (:class:`~aioload.wire.ErrorReport`).
 """
 
 from __future__ import annotations
@@ -35,23 +40,20 @@ import asyncio
 import os
 import pickle
 import threading
-import traceback
 import weakref
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from aioload.backends.base import Outcome
+from aioload.backends.reader import BatchReader, WorkerSetup
+from aioload.backends.worker_process import seed_generators
 from aioload.eager import ItemPool
-from aioload.fetch import Fetcher, GuardedFetcher, Skip, inspect_dataset
-from aioload.iteration import new_event_loop
-from aioload.worker import (
-    SkippedBatch,
-    WorkerInfo,
-    WorkerSetup,
-    seed_generators,
-    set_thread_worker_info,
-)
+from aioload.eventloop import new_event_loop
+from aioload.fetch import inspect_dataset
+from aioload.wire import outcome_to_wire
+from aioload.worker_info import WorkerInfo, set_thread_worker_info
 
 __all__ = ["EpochKey", "Placement", "SetupFile", "ThreadIds", "run_batch"]
 
@@ -124,13 +126,12 @@ class SetupFile:
 
 @dataclass
 class _WorkerState:
-    """One worker's epoch: its setup, identity and readers."""
+    """One worker's epoch: its setup, identity and reader."""
 
     setup: WorkerSetup
     info: WorkerInfo
     where: str
-    fetcher: Fetcher
-    guard: GuardedFetcher | None
+    reader: BatchReader
 
 
 _lock = threading.Lock()  # guards the process's states (dask runs tasks in several threads)
@@ -148,23 +149,29 @@ def run_batch(
 ) -> Any:
     """Reads and collates batch ``seq`` (``keys``) in the executor's worker.
 
-    Returns the batch, or a :class:`~aioload.worker.SkippedBatch` when the
-    fault policy dropped items from it.
+    Returns the wire form of the batch's outcome (see
+    :func:`aioload.wire.outcome_to_wire`): errors are returned, not raised.
     """
-    state = _state(key, base_seed, setup, placement)
-    set_thread_worker_info(state.info)
     try:
-        return _read(state, keys)
+        state = _state(key, base_seed, setup, placement)
     except Exception as error:
-        error.add_note(f"raised in executor worker {state.info.id} ({state.where})")
-        replacement = _sendable(error, placement)
-        if replacement is error:
-            raise
-    finally:
-        set_thread_worker_info(None)
-    # Raised outside the handler, so the unpicklable error is not its __context__ (which
-    # some picklers, tblib's as installed by dask, send along).
-    raise replacement
+        outcome = Outcome(seq, error=error)
+    else:
+        set_thread_worker_info(state.info)
+        try:
+            reader = state.reader
+            if reader.protocol.is_async:
+                outcome = _thread_loop().run_until_complete(
+                    _read_async(reader, seq, keys, state.setup.concurrency)
+                )
+            else:
+                outcome = reader.read_sync(seq, keys)
+        finally:
+            set_thread_worker_info(None)
+        if outcome.error is not None:
+            outcome.error.add_note(f"raised in executor worker {state.info.id} ({state.where})")
+    # A thread pool hands the result over as it is; everything else pickles it.
+    return outcome_to_wire(outcome, pickled=placement.kind != "thread")
 
 
 # -- the worker's setup ---------------------------------------------------------
@@ -227,20 +234,9 @@ def _new_state(
                 set_thread_worker_info(None)
     except Exception as error:
         error.add_note(f"raised while setting up executor worker {worker_id} ({where})")
-        replacement = _sendable(error, placement)
-        if replacement is error:
-            raise
-        failed: Exception | None = replacement
-    else:
-        failed = None
-    if failed is not None:
-        raise failed  # outside the handler: see run_batch
-    fetcher = Fetcher(loaded.dataset, inspect_dataset(loaded.dataset))
-    policy = loaded.policy
-    guard = None
-    if policy is not None and policy.active:
-        guard = GuardedFetcher(fetcher, policy, worker_id)
-    return _WorkerState(loaded, info, where, fetcher, guard)
+        raise
+    reader = BatchReader(loaded, inspect_dataset(loaded.dataset), worker=worker_id)
+    return _WorkerState(loaded, info, where, reader)
 
 
 def _load_setup(setup: WorkerSetup | SetupFile | bytes) -> WorkerSetup:
@@ -281,56 +277,20 @@ def _identity(placement: Placement) -> tuple[int, str]:
 # -- reading ------------------------------------------------------------------------
 
 
-def _read(state: _WorkerState, keys: Any) -> Any:
-    setup = state.setup
-    single = setup.batch_size is None and not isinstance(keys, list)
-    reader: Fetcher | GuardedFetcher = state.guard if state.guard is not None else state.fetcher
-    if state.fetcher.protocol.is_async:
-        samples = _thread_loop().run_until_complete(_read_async(reader, keys, single, setup))
-    elif single:
-        samples = reader.fetch_one_sync(keys)
-    else:
-        samples = reader.fetch_sync(keys)
-    if state.guard is None:
-        return setup.collate_fn(samples)
-    results = [samples] if single else samples
-    skipped = tuple(result.record for result in results if type(result) is Skip)
-    if not skipped:
-        return setup.collate_fn(samples)
-    kept = [result for result in results if type(result) is not Skip]
-    if not kept:
-        return SkippedBatch(None, skipped, True)
-    try:
-        batch = setup.collate_fn(kept[0] if single else kept)
-    except Exception as error:
-        error.add_note(f"the batch's skipped items: {[item.key for item in skipped]!r}")
-        raise
-    return SkippedBatch(batch, skipped, False)
+async def _read_async(reader: BatchReader, seq: int, keys: Any, concurrency: int) -> Outcome:
+    """Batch ``seq``'s items, read concurrently (up to ``concurrency`` at once) on this loop."""
+    finished: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
 
-
-async def _read_async(
-    reader: Fetcher | GuardedFetcher, keys: Any, single: bool, setup: WorkerSetup
-) -> Any:
-    """The batch's items, read concurrently (up to ``concurrency`` at once) on this loop."""
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future[tuple[Any, BaseException | None]] = loop.create_future()
-
-    def done(samples: Any, error: BaseException | None) -> None:
+    def done(outcome: Outcome) -> None:
         if not finished.done():
-            finished.set_result((samples, error))
+            finished.set_result(outcome)
 
-    pool = ItemPool(setup.concurrency)
+    pool = ItemPool(concurrency)
     try:
-        if single:
-            reader.fetch_one(keys, pool, done)
-        else:
-            reader.fetch(keys, pool, done)
-        samples, error = await finished
+        reader.read_async(seq, keys, pool, done)
+        return await finished
     finally:
         await pool.aclose()  # nothing of this batch outlives its task
-    if error is not None:
-        raise error
-    return samples
 
 
 def _thread_loop() -> asyncio.AbstractEventLoop:
@@ -345,26 +305,3 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     if not loop.is_running() and not loop.is_closed():
         loop.close()
-
-
-# -- errors -------------------------------------------------------------------------
-
-
-def _sendable(error: Exception, placement: Placement) -> Exception:
-    """``error``, or a :class:`~aioload.WorkerError` standing for it when it cannot be pickled."""
-    if placement.kind == "thread":
-        return error  # nothing is pickled: the loader gets the object itself
-    try:
-        pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        from aioload.backends.processes import WorkerError
-
-        kind = type(error)
-        replacement = WorkerError(f"{kind.__module__}.{kind.__qualname__}: {error}")
-        for note in getattr(error, "__notes__", ()):
-            replacement.add_note(note)
-        replacement.add_note(
-            "worker traceback:\n" + "".join(traceback.format_exception(error)).rstrip()
-        )
-        return replacement
-    return error

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from multiprocessing import forkserver
 from typing import Any
 
+from aioload.backends.reader import WorkerSetup
+from aioload.backends.worker_process import worker_main
 from aioload.transport import SegmentReader
 from aioload.wire import Command, command_frame, result_socket_pair
-from aioload.worker import WorkerSetup, worker_main
 
 __all__ = ["WorkerPool", "pickle_setup", "start_method_context", "warm_forkserver"]
 
@@ -333,7 +334,7 @@ def warm_forkserver(context: multiprocessing.context.BaseContext) -> None:
     server = getattr(forkserver, "_forkserver", None)
     if server is not None and getattr(server, "_forkserver_pid", 0) is None:
         preload = list(getattr(server, "_preload_modules", ["__main__"]))
-        wanted = ["aioload.worker", *_imported_packages()]
+        wanted = ["aioload.backends.worker_process", *_imported_packages()]
         context.set_forkserver_preload(list(dict.fromkeys([*preload, *wanted])))
     forkserver.ensure_running()
 

@@ -32,63 +32,27 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import pickle
 import signal
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio.abc
 
 from aioload.backends import pool as pool_module
-from aioload.backends.base import Completion
+from aioload.backends.base import Outcome, OutcomeSink
 from aioload.backends.pool import WorkerPool, _Handle
+from aioload.backends.threads import in_thread
+from aioload.errors import WorkerCrashedError
 from aioload.stats import EpochRecorder
 from aioload.wire import (
     Command,
+    ErrorReport,
     Result,
     command_frame,
+    outcome_from_wire,
     receive_results,
 )
-from aioload.worker import ErrorReport, SkippedBatch, StreamBatch
 
-__all__ = ["ProcessBackend", "WorkerCrashedError", "WorkerError"]
-
-T = TypeVar("T")
-
-
-class WorkerCrashedError(RuntimeError):
-    """A worker process died and could not be (or may not be) replaced.
-
-    Attributes:
-        worker_id: the worker's number.
-        pid: its process id.
-        exitcode: its exit code; negative: ``-signal`` (torch's convention).
-        keys: the keys of the batches it held (None for "the next batch" of an
-            iterable dataset).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        worker_id: int,
-        pid: int | None,
-        exitcode: int | None,
-        keys: list[Any],
-    ) -> None:
-        super().__init__(message)
-        self.worker_id = worker_id
-        self.pid = pid
-        self.exitcode = exitcode
-        self.keys = keys
-
-
-class WorkerError(RuntimeError):
-    """An exception raised in a worker that could not be rebuilt in the loader.
-
-    Its message names the original type; the worker's traceback is in a note.
-    """
+__all__ = ["ProcessBackend"]
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -103,53 +67,6 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-async def _in_thread(function: Callable[[], T]) -> T:
-    """Runs blocking ``function`` in a thread of its own without blocking the loop."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result = function()
-        except BaseException as error:
-            outcome: tuple[T | None, BaseException | None] = (None, error)
-        else:
-            outcome = (result, None)
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    thread = threading.Thread(target=run, name="aioload-workers", daemon=True)
-    thread.start()
-    # Starting or stopping processes must finish even if the epoch is cancelled,
-    # by a cancel scope or by Task.cancel() (then the cancellation is re-raised after).
-    interrupted = False
-    try:
-        with anyio.CancelScope(shield=True):
-            while True:
-                try:
-                    result = await asyncio.shield(future)
-                    break
-                except asyncio.CancelledError:
-                    if future.cancelled():
-                        raise
-                    interrupted = True
-    finally:
-        thread.join()
-    if interrupted:
-        raise asyncio.CancelledError
-    return result
-
-
 class ProcessBackend:
     """One epoch's fetches on a :class:`WorkerPool` (see the module docstring).
 
@@ -160,13 +77,11 @@ class ProcessBackend:
         iterable: the dataset is iterable (workers stream and batch it).
         max_restarts: worker deaths this epoch survives by restarting.
         task_group: the epoch's scope.
-        complete: where results go.
+        sink: where outcomes go.
         resume_streams: an iterable dataset resumed from a checkpoint: each
             worker's stream state (None: start afresh), sent with the first
             request to that worker.
         first_worker: the worker whose turn comes first (resumed epochs).
-        record_stream_state: called with ``(seq, worker id, state)`` before a
-            batch of a tracked stream is completed.
         stats: the epoch's stats recorder, which counts worker restarts.
     """
 
@@ -179,22 +94,20 @@ class ProcessBackend:
         iterable: bool,
         max_restarts: int,
         task_group: anyio.abc.TaskGroup,
-        complete: Completion,
+        sink: OutcomeSink,
         resume_streams: list[Any] | None = None,
         first_worker: int = 0,
-        record_stream_state: Callable[[int, int, Any], None] | None = None,
         stats: EpochRecorder | None = None,
     ) -> None:
         self._stats = stats
         self._pool = pool
         self._resume_streams = list(resume_streams) if resume_streams is not None else None
-        self._record_stream_state = record_stream_state
         self._owns_pool = owns_pool
         self._epoch = epoch
         self._iterable = iterable
         self._max_restarts = max_restarts
         self._restarts = 0
-        self._complete = complete
+        self._sink = sink
         self._loop = asyncio.get_running_loop()
         self._held: dict[int, dict[int, Any]] = {}  # worker id -> seq -> keys
         self._exhausted_workers: set[int] = set()
@@ -221,7 +134,7 @@ class ProcessBackend:
 
     def submit(self, seq: int, keys: Any) -> None:
         if self._failed:
-            self._complete(seq, exhausted=True)
+            self._sink.deliver(Outcome(seq, end=True))
         elif not self._ready:
             self._queued.append((seq, keys))
         else:
@@ -232,12 +145,12 @@ class ProcessBackend:
         for handle in self._attached:
             self._detach(handle)
         if self._owns_pool:
-            await _in_thread(self._pool.shutdown)
+            await in_thread(self._pool.shutdown)
         elif self._owner:
             for handle in self._pool.workers:
                 self._send(handle, command_frame(Command.END_EPOCH))
             if self._pool.release():
-                await _in_thread(self._pool.shutdown)
+                await in_thread(self._pool.shutdown)
 
     # -- starting -----------------------------------------------------------
 
@@ -268,7 +181,7 @@ class ProcessBackend:
         if not handles:
             return
         try:
-            await _in_thread(lambda: self._pool.start(handles))
+            await in_thread(lambda: self._pool.start(handles))
         except Exception as error:
             error.add_note("raised while starting the DataLoader's worker processes")
             self._fail(error)
@@ -374,55 +287,32 @@ class ProcessBackend:
             self._loop.remove_reader(handle.results)
         held = self._held[handle.id]
         reader = handle.reader
+        deliver = self._sink.deliver
         for kind, epoch, seq, segment, size, layout_at, fd in results:
             if kind == Result.START_FAILED:
-                self._fail(self._rebuild_error(handle, reader.read(segment, size, layout_at, fd)))
+                report: ErrorReport = reader.read(segment, size, layout_at, fd)
+                self._fail(report.rebuild(self._where(handle)))
                 continue
             if epoch != self._epoch or seq not in held or self._failed:
                 if segment >= 0:
                     reader.discard(segment, size, fd)
                 continue
             del held[seq]
-            if kind == Result.EXHAUSTED:
+            if kind == Result.END:
                 self._exhausted_workers.add(handle.id)
-                self._complete(seq, exhausted=True)
+                deliver(Outcome(seq, end=True, worker=handle.id))
                 continue
             try:
                 payload = reader.read(segment, size, layout_at, fd)
             except Exception as error:
                 error.add_note(f"raised while receiving the result of worker {handle.id}")
-                self._complete(seq, error=error)
+                deliver(Outcome(seq, error=error, worker=handle.id))
                 continue
-            if kind != Result.BATCH:
-                self._count_retries(payload)
-                rebuilt = self._rebuild_error(handle, payload)
-                self._complete(seq, error=rebuilt, skipped=payload.skipped)
-            elif type(payload) is StreamBatch:  # the stream's state after it rides along
-                if self._record_stream_state is not None:
-                    self._record_stream_state(seq, handle.id, payload.state)
-                self._complete(seq, payload.batch)
-            elif type(payload) is SkippedBatch:  # items the fault policy dropped ride along
-                self._count_retries(payload)
-                self._complete(seq, payload.batch, exhausted=payload.empty, skipped=payload.skipped)
-            else:
-                self._complete(seq, payload)
+            deliver(outcome_from_wire(payload, seq, worker=handle.id, where=self._where(handle)))
 
-    def _count_retries(self, payload: ErrorReport | SkippedBatch) -> None:
-        if payload.retries and self._stats is not None:
-            self._stats.add_retries(payload.retries)
-
-    def _rebuild_error(self, handle: _Handle, report: ErrorReport) -> BaseException:
-        error: BaseException | None = None
-        if report.error is not None:
-            try:
-                error = pickle.loads(report.error)
-            except Exception:
-                error = None
-        if not isinstance(error, BaseException):
-            error = WorkerError(f"{report.type_name}: {report.message}")
-        error.add_note(f"raised in DataLoader worker {handle.id} (pid {handle.pid})")
-        error.add_note(f"worker traceback:\n{report.traceback.rstrip()}")
-        return error
+    @staticmethod
+    def _where(handle: _Handle) -> str:
+        return f"DataLoader worker {handle.id} (pid {handle.pid})"
 
     # -- faults -------------------------------------------------------------
 
@@ -431,7 +321,7 @@ class ProcessBackend:
         if self._failed:
             return
         self._failed = True
-        self._complete(-1, error=error)
+        self._sink.fail(error)
 
     def _on_death(self, handle: _Handle) -> None:
         self._unwatch(handle)

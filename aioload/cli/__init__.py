@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from aioload.iteration import new_event_loop
+from aioload.eventloop import new_event_loop
 
 __all__ = ["EXIT_CODES", "CommandError", "main", "run_async"]
 

@@ -224,7 +224,9 @@ def _aioload(
     dataset = ShardDataset(
         urls, decode=decode_sample, shuffle_buffer=256, shards_in_flight=arguments.shards_in_flight
     )
-    loader = DataLoader(dataset, batch_size=arguments.batch_size, num_workers=arguments.workers)
+    loader: DataLoader[Any] = DataLoader(
+        dataset, batch_size=arguments.batch_size, num_workers=arguments.workers
+    )
     model = Classifier(_features())
     meter = Meter("aioload", arguments.samples, show=show)
 

@@ -134,7 +134,7 @@ def run(arguments: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if arguments.concurrency is not None:
         extra["concurrency"] = arguments.concurrency
-    loader = DataLoader(
+    loader: DataLoader[Any] = DataLoader(
         dataset,
         batch_size=arguments.batch_size,
         sampler=sampler,

@@ -1,0 +1,274 @@
+"""Reading one batch, the same way for every backend.
+
+:class:`BatchReader` is the one piece of code that turns keys into a batch:
+the inline backend calls it on the loader's loop or in its fetch threads, a
+worker process on its own loop, an executor task wherever the executor runs
+it. It
+
+- reads the keys (``__getitems__`` or ``__getitem__`` per key, sync or async,
+  through :class:`~aioload.fetch.Fetcher`), or the next samples of a stream;
+- applies the fault policy (retries, item timeouts, skips) through a
+  :class:`~aioload.fetch.GuardedFetcher` when one is active (map-style
+  datasets only; the default path pays nothing for it);
+- collates what was kept (or the one sample, without automatic batching);
+- and returns one :class:`~aioload.backends.base.Outcome` that says
+  everything: the batch or the error, the skipped items, the retries, the
+  stream's state after the batch, "nothing to deliver", "the stream ended".
+
+One key or many: with automatic batching (a batch sampler) every element the
+sampler yields is a sequence of keys; without it every element is one key,
+whatever its type (a tuple or a list is one key then), as in torch.
+
+:class:`WorkerSetup` is what it needs (and what every worker receives once).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aioload.backends.base import Outcome
+from aioload.eager import ItemPool
+from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
+from aioload.policy import FaultPolicy
+
+__all__ = ["BatchReader", "WorkerSetup"]
+
+_END = object()  # a stream ran dry
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What reading a loader's batches needs; every worker receives it once per start.
+
+    Attributes:
+        dataset: the dataset (each worker process works on its own copy).
+        collate_fn: merges samples into a batch, where they were read.
+        worker_init_fn: called with the worker id after seeding, or None.
+        batch_size: samples per batch of an iterable dataset (None: no
+            automatic batching).
+        auto_collation: automatic batching: a map-style dataset's keys come in
+            sequences (from a batch sampler), an iterable's samples are batched.
+        drop_last: drop each worker's last incomplete batch (iterable datasets).
+        concurrency: the most item fetches in flight on one event loop.
+        num_workers: how many workers the loader has.
+        policy: the loader's fault policy (None: torch's behaviour).
+        track_stream_state: an iterable dataset with ``state_dict``: take its
+            state after each batch (for checkpoints).
+    """
+
+    dataset: Any
+    collate_fn: Callable[[Any], Any]
+    worker_init_fn: Callable[[int], None] | None
+    batch_size: int | None
+    auto_collation: bool
+    drop_last: bool
+    concurrency: int
+    num_workers: int
+    policy: FaultPolicy | None = None
+    track_stream_state: bool = False
+
+
+class BatchReader:
+    """Reads batches of one dataset for one epoch of one backend (see the module docstring).
+
+    Args:
+        setup: the dataset, collate function and batching options.
+        protocol: the dataset's :class:`~aioload.fetch.DatasetProtocol`.
+        worker: the worker process reading (None: the loader's loop), for skip records.
+        collate: collates instead of ``setup.collate_fn`` (a worker collates
+            straight into shared memory through it).
+
+    Map-style: :meth:`read_sync` (sync datasets) and :meth:`read_async` (any,
+    on a running loop). Iterable: :meth:`next_sync` (sync streams) and
+    :meth:`next_async` (any, on a running loop); the stream is opened here.
+
+    Example::
+
+        reader = BatchReader(setup, inspect_dataset(setup.dataset))
+        outcome = reader.read_sync(0, [0, 1, 2, 3])
+        outcome.batch        # the collated batch, or outcome.error
+    """
+
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        protocol: DatasetProtocol,
+        *,
+        worker: int | None = None,
+        collate: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self._dataset = setup.dataset
+        self._fetcher = fetcher = Fetcher(setup.dataset, protocol)
+        self._collate = collate if collate is not None else setup.collate_fn
+        self._single = not setup.auto_collation
+        self._batch_size = setup.batch_size if setup.auto_collation else None
+        self._drop_last = setup.drop_last
+        self._track = protocol.iterable and setup.track_stream_state
+        self._retries = 0
+        self._retries_lock = threading.Lock()
+        policy = setup.policy
+        self._guard: GuardedFetcher | None = None
+        if policy is not None and policy.active and not protocol.iterable:
+            self._guard = GuardedFetcher(fetcher, policy, worker, on_retry=self._count_retry)
+        self._sync_stream: Iterator[Any] | None = None
+        self._async_stream: AsyncIterator[Any] | None = None
+        if protocol.iterable:
+            if protocol.is_async:
+                self._async_stream = fetcher.stream()
+            else:
+                self._sync_stream = fetcher.stream_sync()
+
+    @property
+    def guarded(self) -> bool:
+        """Whether a fault policy reads (retries may wait between attempts)."""
+        return self._guard is not None
+
+    def close(self) -> None:
+        """The epoch is closing: sync reads waiting to retry give up now (any thread)."""
+        if self._guard is not None:
+            self._guard.close()
+
+    async def aclose(self) -> None:
+        """Closes an async stream (after every task reading it has ended)."""
+        stream = self._async_stream
+        if stream is not None and hasattr(stream, "aclose"):
+            await stream.aclose()
+
+    # -- map-style ------------------------------------------------------------
+
+    def read_sync(self, seq: int, keys: Any) -> Outcome:
+        """Batch ``seq`` of a sync map-style dataset, read and collated here."""
+        guard = self._guard
+        try:
+            if guard is None:
+                if self._single:
+                    return Outcome(seq, self._collate(self._fetcher.fetch_one_sync(keys)))
+                return Outcome(seq, self._collate(self._fetcher.fetch_sync(_sequence(keys))))
+            if self._single:
+                results = [guard.fetch_one_sync(keys)]
+            else:
+                results = guard.fetch_sync(_sequence(keys))
+        except Exception as error:
+            return self._failed(seq, error)
+        return self._kept(seq, results)
+
+    def read_async(
+        self, seq: int, keys: Any, pool: ItemPool, done: Callable[[Outcome], None]
+    ) -> None:
+        """Reads batch ``seq`` on the running loop through ``pool``; ``done(outcome)`` once.
+
+        ``done`` may be called before this returns (items that did not suspend).
+        """
+        guard = self._guard
+        single = self._single
+
+        def finished(samples: Any, error: BaseException | None) -> None:
+            if error is not None:
+                done(self._failed(seq, error))
+            elif guard is not None:
+                done(self._kept(seq, [samples] if single else samples))
+            else:
+                try:
+                    batch = self._collate(samples)
+                except Exception as collate_error:
+                    done(Outcome(seq, error=collate_error))
+                else:
+                    done(Outcome(seq, batch))
+
+        reader: Fetcher | GuardedFetcher = guard if guard is not None else self._fetcher
+        try:
+            if single:
+                reader.fetch_one(keys, pool, finished)
+            else:
+                reader.fetch(_sequence(keys), pool, finished)
+        except Exception as error:  # __getitem__ itself raised before returning a coroutine
+            done(self._failed(seq, error))
+
+    def _kept(self, seq: int, results: list[Any]) -> Outcome:
+        """Collates the samples the fault policy did not skip."""
+        retries = self._take_retries()
+        skipped = tuple(result.record for result in results if type(result) is Skip)
+        if skipped:
+            results = [result for result in results if type(result) is not Skip]
+            if not results:
+                return Outcome(seq, skipped=skipped, retries=retries, empty=True)
+        try:
+            batch = self._collate(results[0] if self._single else results)
+        except Exception as error:
+            if skipped:
+                error.add_note(f"the batch's skipped items: {[item.key for item in skipped]!r}")
+            return Outcome(seq, error=error, skipped=skipped, retries=retries)
+        return Outcome(seq, batch, skipped=skipped, retries=retries)
+
+    def _failed(self, seq: int, error: BaseException) -> Outcome:
+        return Outcome(seq, error=error, retries=self._take_retries())
+
+    def _count_retry(self) -> None:
+        with self._retries_lock:  # sync reads retry in several fetch threads
+            self._retries += 1
+
+    def _take_retries(self) -> int:
+        """The retries since the last outcome, which this outcome reports."""
+        if not self._retries:
+            return 0
+        with self._retries_lock:
+            retries, self._retries = self._retries, 0
+        return retries
+
+    # -- iterable -------------------------------------------------------------
+
+    def next_sync(self, seq: int) -> Outcome:
+        """Batch ``seq``: the next batch of a sync stream (``end`` once there is none)."""
+        stream = self._sync_stream
+        assert stream is not None
+        try:
+            if self._batch_size is None:
+                sample = next(stream, _END)
+                if sample is _END:
+                    return Outcome(seq, end=True)
+                state = self._state()
+                return Outcome(seq, self._collate(sample), stream_state=state)
+            samples = list(itertools.islice(stream, self._batch_size))
+            return self._stream_batch(seq, samples)
+        except Exception as error:
+            return Outcome(seq, error=error)
+
+    async def next_async(self, seq: int) -> Outcome:
+        """Batch ``seq`` of a stream on the running loop (call one at a time, in order)."""
+        stream = self._async_stream
+        assert stream is not None
+        try:
+            if self._batch_size is None:
+                sample = await anext(stream, _END)
+                if sample is _END:
+                    return Outcome(seq, end=True)
+                state = self._state()
+                return Outcome(seq, self._collate(sample), stream_state=state)
+            samples = []
+            async for sample in stream:
+                samples.append(sample)
+                if len(samples) == self._batch_size:
+                    break
+            return self._stream_batch(seq, samples)
+        except Exception as error:
+            return Outcome(seq, error=error)
+
+    def _stream_batch(self, seq: int, samples: list[Any]) -> Outcome:
+        if not samples or (self._drop_last and len(samples) < (self._batch_size or 0)):
+            return Outcome(seq, end=True)
+        # The stream reads ahead of the consumer: a checkpoint needs its state as of each batch.
+        state = self._state()
+        return Outcome(seq, self._collate(samples), stream_state=state)
+
+    def _state(self) -> Any:
+        return self._dataset.state_dict() if self._track else None
+
+
+def _sequence(keys: Any) -> Sequence[Any]:
+    """A batch sampler's element as the sequence of keys it is (any iterable of keys)."""
+    return keys if isinstance(keys, Sequence) else list(keys)

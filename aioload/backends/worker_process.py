@@ -1,0 +1,310 @@
+"""What runs inside a worker process: its event loop, seeding, serving commands.
+
+The far side of the process backend (:mod:`aioload.backends.processes`). A
+worker receives its :class:`~aioload.backends.reader.WorkerSetup` (the
+dataset, ``collate_fn``, ``worker_init_fn`` and the batching options) once
+when it starts, seeds its random number generators, calls ``worker_init_fn``
+and then serves commands on its own uvloop event loop. It is an inline
+backend on a loop of its own: many fetches are in flight at once (an async
+dataset's items up to ``concurrency``), and each batch's outcome goes back in
+its wire form (:func:`aioload.wire.outcome_to_wire`) through shared memory
+(:mod:`aioload.transport`) as soon as it is ready, in any order; the loader
+puts them back in order.
+
+Under a fault policy the worker's reader retries, times out and skips items
+itself; the skipped items and the retry count travel with their batch's
+outcome, so the loader counts every worker's.
+
+Each epoch is a scope of its own in the worker: a command of a new epoch
+cancels whatever the previous one still had in flight. Iterable datasets are
+iterated afresh each epoch, batched here, with ``drop_last`` applied per
+worker, as in torch.
+
+A worker ignores Ctrl-C (SIGINT goes to the whole process group; the loader
+decides when its workers stop) and exits when told to or when the loader's
+end of the command socket closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import pickle
+import random
+import signal
+import socket
+import sys
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+import anyio._backends._asyncio  # imported here so the fork server preloads it
+import anyio.abc
+import numpy as np
+import uvloop  # noqa: F401  # likewise: a worker's first loop should not pay for imports
+
+from aioload.backends.base import Outcome
+from aioload.backends.inline import InlineBackend
+from aioload.backends.reader import BatchReader, WorkerSetup
+from aioload.collate import collate_into
+from aioload.eventloop import new_event_loop
+from aioload.fetch import inspect_dataset
+from aioload.transport import Arena, SegmentWriter
+from aioload.wire import (
+    FRAME_LENGTH,
+    NO_EPOCH,
+    Command,
+    ErrorReport,
+    Result,
+    outcome_to_wire,
+    send_result,
+)
+from aioload.worker_info import WorkerInfo, set_process_worker_info
+
+__all__ = ["seed_generators", "worker_main"]
+
+
+def seed_generators(seed: int) -> None:
+    """Seeds Python's ``random``, numpy's legacy global state and torch (if imported)."""
+    random.seed(seed)
+    np.random.seed([seed & 0xFFFF_FFFF, (seed >> 32) & 0xFFFF_FFFF])
+    # Only when the worker has imported torch (the dataset's or the main module
+    # did): importing it here would add about a second to every worker start.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def keep_freed_memory() -> None:
+    """Has this process's allocator reuse freed memory for large arrays (glibc only).
+
+    A worker allocates and frees every batch (samples, then the collated
+    arrays). glibc serves blocks over its mmap threshold — 128 KiB at first —
+    with fresh mappings and unmaps them when freed, so every batch pays a page
+    fault for each 4 KiB it touches: for 1 MiB samples that is most of the
+    work. Raising the threshold (to glibc's maximum, 32 MiB) and the trim
+    threshold keeps freed blocks in the heap for the next batch. Only workers
+    are tuned: the user's own process is not aioload's to change.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+
+
+def worker_main(
+    worker_id: int,
+    seed: int,
+    setup: WorkerSetup | bytes,
+    commands: socket.socket,
+    results: socket.socket,
+) -> None:
+    """The entry point of a worker process (the target of its ``Process``).
+
+    ``setup`` arrives pickled once by the loader (bytes) when the start method
+    pickles, or as the object itself under ``fork``.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_freed_memory()
+    results.setblocking(True)
+    writer = SegmentWriter()
+    try:
+        if isinstance(setup, bytes):
+            setup = pickle.loads(setup)
+        assert isinstance(setup, WorkerSetup)
+        set_process_worker_info(WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset))
+        seed_generators(seed)
+        if setup.worker_init_fn is not None:
+            setup.worker_init_fn(worker_id)
+    except BaseException as error:
+        report = writer.write(ErrorReport.of(error))
+        send_result(results, Result.START_FAILED, NO_EPOCH, -1, report)
+        return
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(_Worker(setup, worker_id, commands, results, writer).serve())
+
+
+@dataclass(frozen=True, slots=True)
+class _InArena:
+    """A collated batch and the arena its large arrays were stacked into."""
+
+    batch: Any
+    arena: Arena
+
+
+class _EpochSink:
+    """The outcomes of one epoch's backend, on their way to the loader."""
+
+    def __init__(self, worker: _Worker, epoch: int) -> None:
+        self._worker = worker
+        self._epoch = epoch
+
+    def deliver(self, outcome: Outcome) -> None:
+        self._worker.send(self._epoch, outcome)
+
+    def fail(self, error: BaseException) -> None:  # an inline backend never fails whole
+        raise AssertionError("a worker's inline backend reported a fatal failure") from error
+
+
+class _Worker:
+    """Serves one worker's commands on its event loop."""
+
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        worker_id: int,
+        commands: socket.socket,
+        results: socket.socket,
+        writer: SegmentWriter,
+    ) -> None:
+        self._setup = setup
+        self._id = worker_id
+        self._protocol = inspect_dataset(setup.dataset)
+        self._commands = commands
+        self._results = results
+        self._writer = writer
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._epoch = NO_EPOCH
+        self._epoch_scope: anyio.CancelScope | None = None
+        self._backend: InlineBackend | None = None
+        self._loader_gone = False
+
+    async def serve(self) -> None:
+        self._commands.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=self._commands)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                while not self._loader_gone:
+                    try:
+                        header = await reader.readexactly(FRAME_LENGTH.size)
+                        (length,) = FRAME_LENGTH.unpack(header)
+                        fields = pickle.loads(await reader.readexactly(length))
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        break  # the loader closed its end: it is gone or done with us
+                    if not await self._dispatch(fields):
+                        break
+                tg.cancel_scope.cancel()
+        finally:
+            writer.close()
+
+    async def _dispatch(self, fields: tuple[Any, ...]) -> bool:
+        """Carries out one command; False means stop serving."""
+        command = fields[0]
+        if command == Command.FETCH or command == Command.NEXT:
+            epoch, seq = fields[1], fields[2]
+            if epoch != self._epoch:
+                resume = fields[3] if command == Command.NEXT else None
+                try:
+                    await self._start_epoch(epoch, resume)
+                except Exception as error:  # the dataset refused its checkpointed state
+                    error.add_note("raised while loading this worker's dataset state")
+                    self.send(epoch, Outcome(seq, error=error))
+                    return True
+            if self._backend is None:  # the epoch could not start (reported above)
+                self.send(epoch, Outcome(seq, end=True))
+            else:
+                self._backend.submit(seq, fields[3] if command == Command.FETCH else None)
+        elif command == Command.RECYCLE:
+            self._writer.recycle(fields[1])
+            self._writer.drop(fields[2])
+        elif command == Command.END_EPOCH:
+            self._end_epoch()
+        elif command == Command.STOP:
+            return False
+        return True
+
+    async def _start_epoch(self, epoch: int, resume: Any = None) -> None:
+        """Starts ``epoch``; a stream resumed from a checkpoint first loads its state."""
+        self._end_epoch()
+        self._epoch = epoch
+        if resume is not None:
+            self._setup.dataset.load_state_dict(resume)
+        assert self._tg is not None
+        self._epoch_scope, self._backend = await self._tg.start(self._run_epoch, epoch)
+
+    def _end_epoch(self) -> None:
+        if self._epoch_scope is not None:
+            self._epoch_scope.cancel()
+        self._epoch_scope = self._backend = None
+        self._epoch = NO_EPOCH
+
+    async def _run_epoch(self, epoch: int, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
+        setup = self._setup
+        backend: InlineBackend | None = None
+        with anyio.CancelScope() as scope:
+            try:
+                async with anyio.create_task_group() as tg:
+                    reader = BatchReader(
+                        setup,
+                        self._protocol,
+                        worker=self._id,
+                        collate=self._collate_in_shared_memory,
+                    )
+                    backend = InlineBackend(
+                        reader,
+                        concurrency=setup.concurrency,
+                        # This loop has nothing else to do (a sync read's retry waits
+                        # block it like the read itself; the collate must stay on it).
+                        offload_sync=False,
+                        task_group=tg,
+                        sink=_EpochSink(self, epoch),
+                    )
+                    task_status.started((scope, backend))
+                    await anyio.sleep_forever()
+            finally:
+                # After the task group: its stream tasks are over, so an async
+                # stream is not closed while one of them is inside it.
+                if backend is not None:
+                    with anyio.CancelScope(shield=True):
+                        await backend.aclose()
+
+    def _collate_in_shared_memory(self, samples: Any) -> _InArena:
+        """Collates into room in the segment the batch will travel in (no copy later)."""
+        arena = self._writer.arena()
+        try:
+            with collate_into(arena.allocate):
+                return _InArena(self._setup.collate_fn(samples), arena)
+        except BaseException:
+            arena.release()
+            raise
+
+    def send(self, epoch: int, outcome: Outcome) -> None:
+        """Sends batch ``outcome.seq``'s outcome to the loader (if its epoch still runs)."""
+        in_arena = outcome.batch if isinstance(outcome.batch, _InArena) else None
+        if epoch != self._epoch:
+            if in_arena is not None:
+                in_arena.arena.release()
+            return  # finished after its epoch was cancelled: nobody waits for it
+        seq = outcome.seq
+        try:
+            if outcome.end:
+                send_result(self._results, Result.END, epoch, seq, None)
+                return
+            if in_arena is not None:
+                outcome = replace(outcome, batch=in_arena.batch)
+            try:
+                written = self._writer.write(
+                    outcome_to_wire(outcome), None if in_arena is None else in_arena.arena
+                )
+            except Exception as pickling_error:
+                if in_arena is None:
+                    raise
+                in_arena.arena.release()
+                pickling_error.add_note("raised while sending the batch to the loader")
+                failed = replace(outcome, batch=None, error=pickling_error)
+                written = self._writer.write(outcome_to_wire(failed))
+            send_result(self._results, Result.OUTCOME, epoch, seq, written)
+        except OSError:
+            # The loader closed the result socket: it is gone, so is our purpose.
+            self._loader_gone = True
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()

@@ -31,8 +31,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from aioload.backends.base import Outcome
 from aioload.errors import WorkerError
+from aioload.outcome import Outcome
 from aioload.policy import SkippedItem
 from aioload.transport import Written
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import aioload
-from aioload import DataLoader, WorkerError
+from aioload import DataLoader
 from aioload.backends.pool import warm_forkserver
 
 # -- datasets ------------------------------------------------------------------
@@ -82,33 +82,6 @@ class AsyncWhere(aioload.Dataset):
         info = aioload.get_worker_info()
         assert info is not None
         return index, id(asyncio.get_running_loop()), threading.get_ident(), info.id
-
-
-class Failing(aioload.Dataset):
-    def __init__(self, bad_key: int, error: Exception) -> None:
-        self.bad_key, self.error = bad_key, error
-
-    def __len__(self) -> int:
-        return 16
-
-    def __getitem__(self, index: int) -> int:
-        if index == self.bad_key:
-            raise self.error
-        return index
-
-
-class Unpicklable(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.lock = threading.Lock()
-
-
-class RaisesUnpicklable(aioload.Dataset):
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, index: int) -> int:
-        raise Unpicklable(f"key {index} is cursed")
 
 
 class Slow(aioload.Dataset):
@@ -175,16 +148,6 @@ def keys_of(batches: list[tuple[Any, ...]]) -> list[int]:
 # -- results -----------------------------------------------------------------------
 
 
-def test_batches_match_the_inline_loader(executor: concurrent.futures.Executor) -> None:
-    dataset = Squares(50)
-    expected = list(DataLoader(dataset, batch_size=8, shuffle=True, generator=3))
-    got = list(DataLoader(dataset, batch_size=8, shuffle=True, generator=3, executor=executor))
-    assert len(got) == len(expected) == 7
-    for ours, theirs in zip(got, expected, strict=True):
-        np.testing.assert_array_equal(ours["x"], theirs["x"])
-        np.testing.assert_array_equal(ours["y"], theirs["y"])
-
-
 @pytest.mark.asyncio
 async def test_async_for_with_out_of_order_delivery(
     threads: concurrent.futures.ThreadPoolExecutor,
@@ -195,11 +158,6 @@ async def test_async_for_with_out_of_order_delivery(
     order = [int(batch[0][0]) async for batch in loader]
     assert sorted(order) == list(range(0, 24, 4))
     assert order[0] != 0
-
-
-def test_no_automatic_batching(executor: concurrent.futures.Executor) -> None:
-    loader = DataLoader(Squares(5), batch_size=None, executor=executor)
-    assert [int(sample["y"]) for sample in loader] == [0, 1, 4, 9, 16]
 
 
 # -- where tasks run -------------------------------------------------------------
@@ -282,33 +240,6 @@ def test_async_items_in_processes(processes: concurrent.futures.ProcessPoolExecu
 # -- errors ---------------------------------------------------------------------------
 
 
-def test_errors_keep_their_type_and_name_keys_and_worker(
-    executor: concurrent.futures.Executor,
-) -> None:
-    loader = DataLoader(Failing(6, KeyError("no such key")), batch_size=4, executor=executor)
-    with pytest.raises(KeyError) as caught:
-        list(loader)
-    notes = "\n".join(caught.value.__notes__)
-    assert "keys [4, 5, 6, 7]" in notes
-    assert "raised in executor worker" in notes
-
-
-def test_an_unpicklable_error_becomes_a_worker_error(
-    processes: concurrent.futures.ProcessPoolExecutor,
-) -> None:
-    with pytest.raises(WorkerError, match="Unpicklable: key 0 is cursed") as caught:
-        list(DataLoader(RaisesUnpicklable(), batch_size=2, executor=processes))
-    assert any("worker traceback" in note for note in caught.value.__notes__)
-
-
-def test_skip_policy_runs_in_the_executor(executor: concurrent.futures.Executor) -> None:
-    loader = DataLoader(
-        Failing(6, ValueError("broken")), batch_size=4, executor=executor, on_error="skip"
-    )
-    assert keys_of([(batch,) for batch in loader]) == [k for k in range(16) if k != 6]
-    assert [item.key for item in loader.skipped] == [6]
-
-
 # -- arguments -----------------------------------------------------------------------
 
 
@@ -374,21 +305,6 @@ def test_an_unpicklable_dataset_is_named(
 ) -> None:
     with pytest.raises(TypeError, match=r"cannot send dataset\.lock to the executor's workers"):
         list(DataLoader(Slow(4, delay=0.0), batch_size=2, executor=processes))
-
-
-def test_checkpoint_and_resume(threads: concurrent.futures.ThreadPoolExecutor) -> None:
-    def loader() -> DataLoader:
-        return DataLoader(Squares(40), batch_size=4, shuffle=True, generator=1, executor=threads)
-
-    first = loader()
-    iterator = iter(first)
-    taken = [next(iterator)["y"].tolist() for _ in range(3)]
-    state = first.state_dict()
-    rest = [batch["y"].tolist() for batch in iterator]
-    resumed = loader()
-    resumed.load_state_dict(state)
-    assert [batch["y"].tolist() for batch in resumed] == rest
-    assert len(taken) + len(rest) == 10
 
 
 def test_no_setup_file_is_left(

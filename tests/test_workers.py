@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import aioload
-from aioload import DataLoader, LoaderTimeoutError, WorkerCrashedError, WorkerError
+from aioload import DataLoader, LoaderTimeoutError, WorkerCrashedError
 
 # -- datasets ------------------------------------------------------------------
 
@@ -74,33 +74,6 @@ class Draws(aioload.Dataset):
         info = aioload.get_worker_info()
         assert info is not None
         return info.seed, random.random(), float(np.random.rand())
-
-
-class Failing(aioload.Dataset):
-    def __init__(self, bad_key: int, error: BaseException) -> None:
-        self.bad_key, self.error = bad_key, error
-
-    def __len__(self) -> int:
-        return 16
-
-    def __getitem__(self, index: int) -> int:
-        if index == self.bad_key:
-            raise self.error
-        return index
-
-
-class Unpicklable(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.lock = threading.Lock()
-
-
-class RaisesUnpicklable(aioload.Dataset):
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, index: int) -> int:
-        raise Unpicklable(f"key {index} is cursed")
 
 
 class HoldsALock(aioload.Dataset):
@@ -245,16 +218,6 @@ def flat(batches: list[Any]) -> list[int]:
 
 def test_get_worker_info_is_none_in_the_main_process() -> None:
     assert aioload.get_worker_info() is None
-
-
-def test_batches_match_the_in_process_loader() -> None:
-    expected = list(DataLoader(Squares(50), batch_size=8))
-    got = list(DataLoader(Squares(50), batch_size=8, num_workers=2))
-    assert len(got) == len(expected) == 7
-    for a, b in zip(got, expected, strict=True):
-        np.testing.assert_array_equal(a["x"], b["x"])
-        np.testing.assert_array_equal(a["y"], b["y"])
-        assert a["x"].dtype == np.float32
 
 
 def test_shuffled_order_does_not_depend_on_num_workers() -> None:
@@ -452,22 +415,6 @@ async def test_persistent_workers_serve_async_epochs_after_a_break() -> None:
 
 
 # -- errors ---------------------------------------------------------------------------
-
-
-def test_a_worker_exception_keeps_its_type_and_names_worker_batch_and_keys() -> None:
-    loader = DataLoader(Failing(6, KeyError("no such key")), batch_size=4, num_workers=2)
-    with pytest.raises(KeyError, match="no such key") as caught:
-        list(loader)
-    notes = "\n".join(caught.value.__notes__)
-    assert "raised in DataLoader worker" in notes
-    assert "batch 1 (keys [4, 5, 6, 7])" in notes
-    assert "worker traceback:" in notes and "in __getitem__" in notes
-
-
-def test_an_exception_that_cannot_be_pickled_arrives_as_worker_error() -> None:
-    with pytest.raises(WorkerError, match="Unpicklable: key 0 is cursed") as caught:
-        list(DataLoader(RaisesUnpicklable(), batch_size=2, num_workers=1))
-    assert "worker traceback:" in "\n".join(caught.value.__notes__)
 
 
 def test_a_dataset_that_cannot_be_pickled_fails_naming_the_culprit() -> None:

@@ -19,7 +19,9 @@ when automatic batching is off. For an iterable dataset ``keys`` is None and
 means "the next batch of your stream"; the scheduler stops asking once
 :attr:`Backend.exhausted` is set.
 
-Every backend builds its outcomes with one reader
+:class:`Outcome` itself lives in :mod:`aioload.outcome` (the wire, below the
+backends, needs it too) and is re-exported here. Every backend builds its
+outcomes with one reader
 (:class:`~aioload.backends.reader.BatchReader`); what crosses a process or
 pickle boundary is the outcome's wire form (:mod:`aioload.wire`).
 """
@@ -27,50 +29,13 @@ pickle boundary is the outcome's wire form (:mod:`aioload.wire`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio.abc
 
-from aioload.policy import SkippedItem
+from aioload.outcome import Outcome
 
 __all__ = ["Backend", "BackendFactory", "Outcome", "OutcomeSink"]
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What reading one batch came to.
-
-    Attributes:
-        seq: the batch's sequence number.
-        batch: the collated batch (None when there is none: an error, nothing
-            to deliver, the end of a stream).
-        error: the exception that failed the batch, with its notes.
-        skipped: the items the fault policy dropped from the batch
-            (``on_error='skip'``); recorded whatever the batch's fate.
-        retries: attempts the fault policy repeated for this batch (stats).
-        stream_state: an iterable dataset's ``state_dict()`` right after this
-            batch was read (None unless the loader tracks the stream).
-        worker: the worker process that read it (None: the loader's loop, or
-            an executor), which a tracked stream's state belongs to.
-        empty: nothing to deliver: every item was skipped.
-        end: the stream has no more batches (nothing to deliver either).
-    """
-
-    seq: int
-    batch: Any = None
-    error: BaseException | None = None
-    skipped: tuple[SkippedItem, ...] = ()
-    retries: int = 0
-    stream_state: Any = None
-    worker: int | None = None
-    empty: bool = False
-    end: bool = False
-
-    @property
-    def nothing(self) -> bool:
-        """There is no batch to deliver for this sequence number (not an error)."""
-        return self.empty or self.end
 
 
 class OutcomeSink(Protocol):

@@ -1,0 +1,51 @@
+"""What reading one batch came to: the :class:`Outcome` every backend reports.
+
+A leaf of its own so that both sides of the backend contract — the backends
+and the scheduler above, the wire form (:mod:`aioload.wire`) below them —
+share one type. See :mod:`aioload.backends.base` for the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aioload.policy import SkippedItem
+
+__all__ = ["Outcome"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What reading one batch came to.
+
+    Attributes:
+        seq: the batch's sequence number.
+        batch: the collated batch (None when there is none: an error, nothing
+            to deliver, the end of a stream).
+        error: the exception that failed the batch, with its notes.
+        skipped: the items the fault policy dropped from the batch
+            (``on_error='skip'``); recorded whatever the batch's fate.
+        retries: attempts the fault policy repeated for this batch (stats).
+        stream_state: an iterable dataset's ``state_dict()`` right after this
+            batch was read (None unless the loader tracks the stream).
+        worker: the worker process that read it (None: the loader's loop, or
+            an executor), which a tracked stream's state belongs to.
+        empty: nothing to deliver: every item was skipped.
+        end: the stream has no more batches (nothing to deliver either).
+    """
+
+    seq: int
+    batch: Any = None
+    error: BaseException | None = None
+    skipped: tuple[SkippedItem, ...] = ()
+    retries: int = 0
+    stream_state: Any = None
+    worker: int | None = None
+    empty: bool = False
+    end: bool = False
+
+    @property
+    def nothing(self) -> bool:
+        """There is no batch to deliver for this sequence number (not an error)."""
+        return self.empty or self.end

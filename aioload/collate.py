@@ -25,11 +25,12 @@ import contextvars
 import copy
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = [
+    "CollateTypeError",
     "collate",
     "collate_float_fn",
     "collate_int_fn",
@@ -46,10 +47,64 @@ __all__ = [
 # Keys are types or tuples of types. Typed Any because Mapping is invariant in its key type, so
 # a user's ``{MyType: fn}`` (a dict[type[MyType], ...]) would not type-check otherwise.
 _CollateFnMap = Mapping[Any, Callable[..., Any]]
+_E = TypeVar("_E", bound=BaseException)
 
 default_collate_err_msg_format = (
     "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
 )
+
+
+class CollateTypeError(TypeError, RuntimeError):
+    """An entry of a batch whose type cannot be collated with the field's other entries.
+
+    For example ``None`` among arrays. The message names the type, the entry (the sample's
+    index in the batch) and the field (its path in the sample, e.g. ``['image']``). It is a
+    ``TypeError``, as torch raises for a tensor followed by ``None``, and a ``RuntimeError``,
+    as torch raises for a numpy array or an int followed by ``None``: either ``except`` that
+    works with torch catches it.
+
+    Example::
+
+        >>> try:
+        ...     default_collate([{"image": np.zeros(3)}, {"image": None}])
+        ... except RuntimeError as error:  # or TypeError
+        ...     print(str(error).split("; ")[1])
+        found <class 'NoneType'> in field ['image'] at entry 1
+    """
+
+
+# The errors raised here carry, under this attribute, the path of the field they concern (filled
+# in as they propagate out of the nested collate calls) and their message with a "{field}" slot.
+_WHERE = "_aioload_collate_where"
+_FIELD_SLOT = "{field}"
+
+
+def _located(kind: type[_E], template: str) -> _E:
+    """An error of ``kind`` whose message is ``template`` with its field slot filled in."""
+    error = kind(template.replace(_FIELD_SLOT, ""))
+    setattr(error, _WHERE, ([], template))
+    return error
+
+
+def _in_field(error: BaseException, segment: str) -> bool:
+    """Prepends ``segment`` (``['key']``, ``[0]``, ``.name``) to a located error's field path.
+
+    Returns whether ``error`` was raised here (other errors are left alone).
+    """
+    where = getattr(error, _WHERE, None)
+    if where is None:
+        return False
+    path, template = where
+    path.insert(0, segment)
+    error.args = (template.replace(_FIELD_SLOT, " in field " + "".join(path)),)
+    return True
+
+
+def _unsupported(type_: Any, entry: int, kind: type[TypeError] = TypeError) -> TypeError:
+    return _located(
+        kind, default_collate_err_msg_format.format(type_) + f"{{field}} at entry {entry}"
+    )
+
 
 # Array kinds torch refuses to collate: bytes, unicode and object (torch's pattern "[SaUO]").
 _STR_OBJ_KINDS = frozenset("SUO")
@@ -85,7 +140,12 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
     Raises:
         IndexError: ``batch`` is empty.
         RuntimeError: sequence samples differ in length.
-        TypeError: an element type has no registered function and is not a container.
+        TypeError: an element type has no registered function and is not a container
+            (:class:`CollateTypeError` when entries of one field have types that do not go
+            together, e.g. ``None`` after a container).
+
+    The errors raised by the collate functions here name the field (its path in the sample,
+    e.g. ``['image'][0]``) and the entry (the sample's index in the batch) that caused them.
 
     Example:
         >>> def collate_half_fn(batch, *, collate_fn_map=None):
@@ -110,23 +170,42 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
         if fn is not None:
             return fn(batch, collate_fn_map=collate_fn_map)
 
+    # The try blocks cost nothing until an error, which they locate (see _in_field).
     if isinstance(elem, collections.abc.Mapping):
-        return rebuild_mapping(
-            elem,
-            {key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map) for key in elem},
-        )
+        values: dict[Any, Any] = {}
+        name: Any = None
+        try:
+            for name in elem:
+                values[name] = collate([d[name] for d in batch], collate_fn_map=collate_fn_map)
+        except Exception as error:
+            if not _in_field(error, f"[{name!r}]"):
+                _raise_if_not_all(batch, collections.abc.Mapping, error)
+            raise
+        return rebuild_mapping(elem, values)
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
         fields = _transpose(batch)
-        return elem_type(*(collate(field, collate_fn_map=collate_fn_map) for field in fields))
+        out: list[Any] = []
+        try:
+            for field in fields:
+                out.append(collate(field, collate_fn_map=collate_fn_map))
+        except Exception as error:
+            _in_field(error, f".{elem._fields[len(out)]}")
+            raise
+        return elem_type(*out)
     if isinstance(elem, collections.abc.Sequence) and not isinstance(elem, str | bytes):
         columns = _transpose(batch)
+        out = []
+        try:
+            for column in columns:
+                out.append(collate(column, collate_fn_map=collate_fn_map))
+        except Exception as error:
+            _in_field(error, f"[{len(out)}]")
+            raise
         if isinstance(elem, tuple):
-            return [collate(column, collate_fn_map=collate_fn_map) for column in columns]
-        return rebuild_sequence(
-            elem, [collate(column, collate_fn_map=collate_fn_map) for column in columns]
-        )
+            return out
+        return rebuild_sequence(elem, out)
 
-    raise TypeError(default_collate_err_msg_format.format(elem_type))
+    raise _unsupported(elem_type, 0)
 
 
 def default_collate(batch: Sequence[Any]) -> Any:
@@ -138,7 +217,8 @@ def default_collate(batch: Sequence[Any]) -> Any:
     * ``np.ndarray`` -> one new array of shape ``(len(batch), *elem.shape)`` (``np.stack``);
       arrays of string or object dtype raise ``TypeError``; arrays of different shapes raise
       ``RuntimeError`` naming the shapes (torch's ``stack`` error type, so one ``except``
-      catches both ragged arrays and ragged sequences);
+      catches both ragged arrays and ragged sequences); an entry of a type that cannot be
+      collated (``None``, a lock) raises :class:`CollateTypeError`;
     * numpy scalars (``np.float32(1)``, ``np.bool_``, ...) -> an array of their dtype;
     * ``int`` -> ``int64`` array, ``float`` -> ``float64`` array, all-``bool`` -> ``bool``
       array (a batch mixing kinds promotes as numpy does: ``[1, 2.5]`` -> ``float64``);
@@ -219,12 +299,13 @@ def collate_numpy_array_fn(
 ) -> np.ndarray[Any, Any]:
     """Stack a batch of equally shaped numpy arrays into one new array (a new leading axis).
 
-    Raises ``TypeError`` for string or object dtypes and ``RuntimeError`` naming the first two
-    differing shapes when the arrays are ragged.
+    Raises ``TypeError`` for string or object dtypes, ``RuntimeError`` naming the first two
+    differing shapes when the arrays are ragged, and :class:`CollateTypeError` for an entry
+    that is not an array (nor anything else collatable), such as ``None``.
     """
     elem = batch[0]
     if elem.dtype.kind in _STR_OBJ_KINDS:
-        raise TypeError(default_collate_err_msg_format.format(elem.dtype))
+        raise _unsupported(elem.dtype, 0)
     try:
         if type(elem) is np.ndarray:
             allocate = _allocator.get()
@@ -234,14 +315,18 @@ def collate_numpy_array_fn(
                     return stacked
             # Same result as np.stack for plain arrays, with the copy loop in C rather than a
             # Python-level view per element: about 2.5x faster on small arrays.
-            return np.array(batch)
-        # Subclasses (memmap, masked arrays) keep np.stack's subclass handling.
-        return np.stack(batch)
+            out = np.array(batch)
+        else:
+            # Subclasses (memmap, masked arrays) keep np.stack's subclass handling.
+            out = np.stack(batch)
     except ValueError as exc:
-        ragged = _ragged_error(batch)
-        if ragged is None:
+        error = _array_batch_error(batch, collate_fn_map)
+        if error is None:
             raise
-        raise ragged from exc
+        raise error from exc
+    if out.dtype.kind in _STR_OBJ_KINDS:  # e.g. None or a str next to 0-d arrays
+        raise _array_batch_error(batch, collate_fn_map) or _unsupported(out.dtype, 0)
+    return out
 
 
 Allocator = Callable[[tuple[int, ...], np.dtype[Any]], "np.ndarray[Any, Any] | None"]
@@ -293,14 +378,14 @@ def collate_numpy_scalar_fn(
 ) -> np.ndarray[Any, Any]:
     """Collate numpy scalars (``np.float32(1)``, ``np.bool_(True)``, ...) into an array of their
     dtype."""
-    return _numeric_array(batch)
+    return _numeric_array(batch, collate_fn_map)
 
 
 def collate_float_fn(
     batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
 ) -> np.ndarray[Any, Any]:
     """Collate Python floats into a ``float64`` array."""
-    out = _numeric_array(batch)
+    out = _numeric_array(batch, collate_fn_map)
     return out if out.dtype.kind == "c" else out.astype(np.float64, copy=False)
 
 
@@ -309,10 +394,10 @@ def collate_int_fn(
 ) -> np.ndarray[Any, Any]:
     """Collate Python ints into an ``int64`` array (all-``bool`` batches into a ``bool`` array;
     an int mixed with floats promotes to ``float64``)."""
-    out = _numeric_array(batch)
+    out = _numeric_array(batch, collate_fn_map)
     # NumPy turns ints beyond int64 into uint64, or float64 next to negative ones: lossy.
     if out.dtype.kind in "uf" and _all_ints(batch):
-        raise _int64_overflow()
+        raise _int64_overflow(batch)
     if out.dtype.kind == "i" and out.dtype != np.int64:
         # NumPy 1.x on Windows infers int32; the documented dtype is int64 everywhere.
         out = out.astype(np.int64)
@@ -362,22 +447,77 @@ a new type, e.g. ``default_collate_fn_map[MyType] = collate_mytype_fn``; each fu
 called as ``fn(batch, collate_fn_map=...)``."""
 
 
-def _numeric_array(batch: Sequence[Any]) -> np.ndarray[Any, Any]:
-    out = np.array(batch)
+def _numeric_array(
+    batch: Sequence[Any], collate_fn_map: _CollateFnMap | None
+) -> np.ndarray[Any, Any]:
+    try:
+        out = np.array(batch)
+    except ValueError as exc:  # an array or a list among the numbers
+        raise _number_batch_error(batch, collate_fn_map) from exc
     if out.dtype.kind in _NUMERIC_KINDS:
         return out
     if _all_ints(batch):
-        raise _int64_overflow()
+        raise _int64_overflow(batch)
+    raise _number_batch_error(batch, collate_fn_map)
+
+
+_NUMBER_TYPES = (int, float, complex, np.bool_, np.number, np.datetime64, np.timedelta64)
+
+
+def _number_batch_error(batch: Sequence[Any], collate_fn_map: _CollateFnMap | None) -> TypeError:
+    for i, x in enumerate(batch):
+        if not isinstance(x, _NUMBER_TYPES):
+            if not _collatable(x, collate_fn_map):
+                return _unsupported(type(x), i, CollateTypeError)
+            return _located(
+                TypeError,
+                "collate: a batch of numbers must hold only numbers; "
+                f"found {type(x)}{_FIELD_SLOT} at entry {i}",
+            )
     found = ", ".join(sorted({type(x).__name__ for x in batch}))
-    raise TypeError(f"collate: a batch of numbers must hold only numbers; found {found}")
+    return _located(
+        TypeError, f"collate: a batch of numbers must hold only numbers; found {found}{_FIELD_SLOT}"
+    )
 
 
 def _all_ints(batch: Sequence[Any]) -> bool:
     return all(isinstance(x, int | np.integer) for x in batch)
 
 
-def _int64_overflow() -> OverflowError:
-    return OverflowError("collate: Python int too large to fit in an int64 array")
+def _int64_overflow(batch: Sequence[Any]) -> OverflowError:
+    info = np.iinfo(np.int64)
+    entry = next((i for i, x in enumerate(batch) if not info.min <= x <= info.max), 0)
+    return _located(
+        OverflowError,
+        f"collate: Python int too large to fit in an int64 array{_FIELD_SLOT} at entry {entry}",
+    )
+
+
+def _collatable(x: Any, collate_fn_map: _CollateFnMap | None) -> bool:
+    """Whether ``collate`` has a rule for ``x``: a registered type or a container."""
+    fn_map = default_collate_fn_map if collate_fn_map is None else collate_fn_map
+    if type(x) in fn_map or any(isinstance(x, key) for key in fn_map):
+        return True
+    return isinstance(x, collections.abc.Mapping) or (
+        isinstance(x, collections.abc.Sequence) and not isinstance(x, str | bytes)
+    )
+
+
+def _array_batch_error(
+    batch: Sequence[Any], collate_fn_map: _CollateFnMap | None
+) -> Exception | None:
+    """Why a batch of arrays cannot be stacked: an uncollatable entry, a shape or a dtype."""
+    for i, x in enumerate(batch):
+        if not _collatable(x, collate_fn_map):
+            return _unsupported(type(x), i, CollateTypeError)
+    ragged = _ragged_error(batch)
+    if ragged is not None:
+        return ragged
+    for i, x in enumerate(batch):
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and dtype.kind in _STR_OBJ_KINDS:
+            return _unsupported(dtype, i)
+    return None
 
 
 def _ragged_error(batch: Sequence[Any]) -> RuntimeError | None:
@@ -388,9 +528,10 @@ def _ragged_error(batch: Sequence[Any]) -> RuntimeError | None:
         except ValueError:  # x is itself a ragged nested list
             shape = None
         if shape != first:
-            return RuntimeError(
-                "default_collate: stack expects each array to be equal size, "
-                f"but got shape {first} at entry 0 and shape {shape} at entry {i}"
+            return _located(
+                RuntimeError,
+                f"default_collate: stack expects each array{_FIELD_SLOT} to be equal size, "
+                f"but got shape {first} at entry 0 and shape {shape} at entry {i}",
             )
     return None
 
@@ -398,10 +539,26 @@ def _ragged_error(batch: Sequence[Any]) -> RuntimeError | None:
 def _transpose(batch: Sequence[Any]) -> list[tuple[Any, ...]]:
     try:
         return list(zip(*batch, strict=True))
+    except TypeError as exc:
+        _raise_if_not_all(batch, collections.abc.Sequence, exc)
+        raise
     except ValueError:
-        if len({len(sample) for sample in batch}) == 1:
+        sizes = [len(sample) for sample in batch]
+        if len(set(sizes)) == 1:
             raise
-        raise RuntimeError("each element in list of batch should be of equal size") from None
+        entry = next(i for i, size in enumerate(sizes) if size != sizes[0])
+        raise _located(
+            RuntimeError,
+            f"each element in list of batch should be of equal size{_FIELD_SLOT}: entry 0 has "
+            f"{sizes[0]} elements and entry {entry} has {sizes[entry]}",
+        ) from None
+
+
+def _raise_if_not_all(batch: Sequence[Any], kind: type, error: BaseException) -> None:
+    """Raises a located error, caused by ``error``, for the first entry not a ``kind``."""
+    for i, x in enumerate(batch):
+        if not isinstance(x, kind) or isinstance(x, str | bytes):
+            raise _unsupported(type(x), i, CollateTypeError) from error
 
 
 def rebuild_mapping(template: Mapping[Any, Any], values: dict[Any, Any]) -> Any:

@@ -18,7 +18,7 @@ import inspect
 import math
 import warnings
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -38,6 +38,27 @@ __all__ = [
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
+# A StackDataset's sample: a tuple (datasets given by position) or a dict (by keyword), as torch's.
+T_stack = TypeVar("T_stack", tuple[Any, ...], dict[str, Any])
+
+
+def _getitems_per_key(self: Any, indices: Sequence[Any]) -> list[Any]:
+    """``__getitems__`` of a subclass that overrides only ``__getitem__``: one call per key.
+
+    The items of an async ``__getitem__`` stay awaitables; the loader awaits them concurrently.
+    """
+    return [self[index] for index in indices]
+
+
+def _honour_getitem_override(cls: type[Any], base: type[Any]) -> None:
+    """Makes ``cls`` read batches through its own ``__getitem__`` when it overrides only that.
+
+    The loader prefers ``__getitems__``: a subclass of ``base`` that overrides ``__getitem__``
+    but inherits ``base``'s batched read would otherwise get ``base``'s items from the loader
+    and its own from ``dataset[i]``.
+    """
+    if cls.__getitem__ is not base.__getitem__ and cls.__getitems__ is base.__getitems__:
+        type.__setattr__(cls, "__getitems__", _getitems_per_key)
 
 
 class Dataset(Generic[T_co]):
@@ -132,6 +153,12 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
         *arrays: numpy arrays (or anything indexable with a ``shape`` or a
             ``len``) whose first dimensions are equal.
 
+    The loader reads a batch with one fancy-indexing read per numpy array
+    (``__getitems__``). A subclass that overrides ``__getitem__`` alone (to
+    transform samples, say) is read through its ``__getitem__``, key by key, as
+    torch's ``TensorDataset`` subclasses are; override ``__getitems__`` too to
+    keep the batched read.
+
     Example::
 
         >>> import numpy as np
@@ -139,6 +166,10 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
         >>> ds[1]
         (array([2, 3]), np.int64(1))
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _honour_getitem_override(cls, ArrayDataset)
 
     def __init__(self, *arrays: Any) -> None:
         if not arrays:
@@ -173,12 +204,22 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
 TensorDataset = ArrayDataset
 
 
-class StackDataset(Dataset[Any]):
+class StackDataset(Dataset[T_stack]):
     """Stacks several datasets of equal length into one of tuples or dicts.
 
     Pass the datasets positionally for tuple samples, or as keywords for dict
     samples (not both). Members may be async datasets: then the items of the
     stack are awaitable and resolve to the tuple or dict.
+
+    A batch (``__getitems__``, which the loader calls) is read with each
+    member's own ``__getitems__`` where it has one, else key by key, as in
+    torch; a member whose ``__getitems__`` returns a list of the wrong length
+    raises ``ValueError``. A subclass that overrides ``__getitem__`` alone is
+    read through its ``__getitem__``, key by key.
+
+    Args:
+        *args: map-style datasets of equal length, for tuple samples.
+        **kwargs: map-style datasets of equal length, for dict samples.
 
     Example::
 
@@ -187,7 +228,17 @@ class StackDataset(Dataset[Any]):
         (11, 1)
         >>> StackDataset(image=images, label=labels)[2]
         {'image': 12, 'label': 0}
+        >>> StackDataset(images, labels).__getitems__([0, 2])
+        [(10, 0), (12, 0)]
     """
+
+    datasets: tuple[Any, ...] | dict[str, Any]
+
+    @overload
+    def __init__(self: StackDataset[tuple[Any, ...]], *args: Any) -> None: ...
+
+    @overload
+    def __init__(self: StackDataset[dict[str, Any]], **kwargs: Any) -> None: ...
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if args and kwargs:
@@ -207,16 +258,51 @@ class StackDataset(Dataset[Any]):
         self._length = _len(members[0])
         if any(_len(m) != self._length for m in members):
             raise ValueError("Size mismatch between datasets")
-        self.datasets: tuple[Any, ...] | dict[str, Any] = tuple(args) if args else dict(kwargs)
+        self.datasets = tuple(args) if args else dict(kwargs)
         self._keys: list[str] | None = None if args else list(kwargs)
         self._members = members
-        self._async = any(_getitem_is_async(m) for m in members)
+        self._async = any(_reads_are_async(m) for m in members)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _honour_getitem_override(cls, StackDataset)
 
     def __getitem__(self, index: Any) -> Any:
         parts = [member[index] for member in self._members]
         if self._async:
             return self._gather(parts)
         return self._assemble(parts)
+
+    def __getitems__(self, indices: Sequence[Any]) -> Any:
+        """The samples at ``indices``, each member read in one call where it can be.
+
+        Returns a list of tuples or dicts; over async members, an awaitable of that list.
+
+        Raises:
+            ValueError: a member's ``__getitems__`` returned a list of another length.
+        """
+        columns = [self._read_column(member, indices) for member in self._members]
+        if self._async:
+            return self._gather_batch(columns, len(indices))
+        for column in columns:
+            _check_column_length(column, len(indices))
+        return [self._assemble(list(parts)) for parts in zip(*columns, strict=True)]
+
+    @staticmethod
+    def _read_column(member: Any, indices: Sequence[Any]) -> Any:
+        getitems = getattr(member, "__getitems__", None)
+        if callable(getitems):
+            return getitems(indices)
+        return [member[index] for index in indices]
+
+    async def _gather_batch(self, columns: list[Any], size: int) -> list[Any]:
+        resolved: list[list[Any]] = []
+        for column in columns:
+            if inspect.isawaitable(column):
+                column = await column
+            _check_column_length(column, size)
+            resolved.append([await p if inspect.isawaitable(p) else p for p in column])
+        return [self._assemble(list(parts)) for parts in zip(*resolved, strict=True)]
 
     async def _gather(self, parts: list[Any]) -> Any:
         return self._assemble([await p if inspect.isawaitable(p) else p for p in parts])
@@ -230,13 +316,33 @@ class StackDataset(Dataset[Any]):
         return self._length
 
 
+def _check_column_length(column: Any, size: int) -> None:
+    if len(column) != size:
+        raise ValueError(
+            f"Nested dataset's output size mismatch. Expected {size}, got {len(column)}: "
+            "a member's __getitems__ must return one sample per index"
+        )
+
+
+def _reads_are_async(dataset: Any) -> bool:
+    """Whether reading ``dataset`` by key or by batch may give awaitables."""
+    getitems = getattr(type(dataset), "__getitems__", None)
+    if _getitem_is_async(dataset) or inspect.iscoroutinefunction(getitems):
+        return True
+    # Subset.__getitems__ forwards to the parent's, which may be async.
+    return isinstance(dataset, Subset) and _reads_are_async(dataset.dataset)
+
+
 def _getitem_is_async(dataset: Any) -> bool:
+    # A subclass's own ``async def __getitem__`` counts as much as async members do.
+    method = getattr(type(dataset), "__getitem__", None)
+    if method is not None and inspect.iscoroutinefunction(method):
+        return True
     if isinstance(dataset, (ConcatDataset, StackDataset)):
         return dataset._async
     if isinstance(dataset, Subset):
         return _getitem_is_async(dataset.dataset)
-    method = getattr(type(dataset), "__getitem__", None)
-    return method is not None and inspect.iscoroutinefunction(method)
+    return False
 
 
 class ConcatDataset(Dataset[T_co]):
@@ -357,9 +463,17 @@ class ChainDataset(IterableDataset[Any]):
 class Subset(Dataset[T_co]):
     """The part of a dataset at the given indices.
 
+    The loader reads a batch through ``__getitems__``, which forwards to the
+    parent's. So, as in torch, a subclass that overrides ``__getitem__`` must
+    override ``__getitems__`` too (else constructing it raises
+    ``NotImplementedError``); ``[self[i] for i in indices]`` will do.
+
     Args:
         dataset: the whole dataset (sync or async).
         indices: indices into ``dataset``, in the order of the subset.
+
+    Raises:
+        NotImplementedError: the class overrides ``__getitem__`` but not ``__getitems__``.
 
     Example::
 
@@ -370,6 +484,18 @@ class Subset(Dataset[T_co]):
     def __init__(self, dataset: Any, indices: Sequence[int]) -> None:
         self.dataset = dataset
         self.indices = indices
+        # Inheriting the forwarding __getitems__ would make the loader yield the parent's
+        # items, not the override's; torch refuses such a subclass here, so do we.
+        kind = type(self)
+        if kind.__getitem__ is not Subset.__getitem__ and kind.__getitems__ is Subset.__getitems__:
+            raise NotImplementedError(
+                f"{kind.__name__} overrides __getitem__ but not __getitems__. When subclassing "
+                "Subset and overriding __getitem__, you must also override __getitems__, which "
+                "the DataLoader reads batches through, or it would get the parent's items. "
+                "A simple implementation:\n\n"
+                "def __getitems__(self, indices):\n"
+                "    return [self.__getitem__(idx) for idx in indices]"
+            )
 
     def __getitem__(self, idx: Any) -> Any:
         if isinstance(idx, list):

@@ -847,7 +847,7 @@ class _AsyncBatchSampler(BatchSampler):
             yield batch
 
 
-class DistributedSampler(_Resumable):
+class DistributedSampler(_Resumable, Generic[T_co]):
     """Restrict sampling to the share of the dataset that belongs to one replica (rank).
 
     Each of ``num_replicas`` replicas gets an equal number of indices; together they cover the
@@ -859,6 +859,9 @@ class DistributedSampler(_Resumable):
     Its state (see :meth:`state_dict`) adds ``"epoch"`` (as set by :meth:`set_epoch`) and
     ``"iteration_epoch"``, the epoch the iteration in progress shuffles with (``None`` between
     iterations).
+
+    As torch's, the class is generic (``DistributedSampler[int]`` in annotations); it yields
+    the dataset's int indices.
 
     Args:
         dataset: the dataset (anything with ``__len__``), of constant size.

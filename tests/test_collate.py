@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
+import threading
 import types
 from collections import OrderedDict, defaultdict, namedtuple
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from aioload.collate import (
+    CollateTypeError,
     collate,
     collate_str_fn,
     default_collate,
@@ -132,7 +135,7 @@ def test_array_subclass_memmap_is_stacked(tmp_path: Any) -> None:
 def test_string_and_object_arrays_raise_torchs_type_error(batch: list[Any], found: str) -> None:
     with pytest.raises(TypeError) as info:
         default_collate(batch)
-    assert str(info.value) == ERR + found
+    assert str(info.value) == ERR + found + " at entry 0"
 
 
 def test_ragged_arrays_raise_runtime_error_naming_the_shapes() -> None:
@@ -202,10 +205,16 @@ def test_python_int_too_large_for_int64_raises_overflow_error() -> None:
         default_collate([2**80, 1])
 
 
-@pytest.mark.parametrize("batch", [[1, None], [1.0, "a"], [np.float32(1), "a"]])
+@pytest.mark.parametrize("batch", [[1.0, "a"], [np.float32(1), "a"]])
 def test_numbers_mixed_with_other_values_raise_type_error(batch: list[Any]) -> None:
-    with pytest.raises(TypeError, match="must hold only numbers"):
+    with pytest.raises(TypeError, match=r"must hold only numbers; found <class 'str'> at entry 1$"):
         default_collate(batch)
+
+
+def test_numbers_mixed_with_none_raise_torchs_type_error() -> None:
+    with pytest.raises(TypeError, match=r"found <class 'NoneType'> at entry 1$") as info:
+        default_collate([1, None])
+    assert str(info.value).startswith(ERR)
 
 
 # --- leaves: strings and bytes ----------------------------------------------------------------
@@ -350,7 +359,9 @@ def test_sequence_that_cannot_be_rebuilt_falls_back_to_list() -> None:
 )
 def test_sequences_of_unequal_length_raise_torchs_runtime_error(batch: list[Any]) -> None:
     with pytest.raises(
-        RuntimeError, match=r"^each element in list of batch should be of equal size$"
+        RuntimeError,
+        match=r"^each element in list of batch should be of equal size: "
+        r"entry 0 has \d elements and entry 1 has \d$",
     ):
         default_collate(batch)
 
@@ -359,7 +370,7 @@ def test_sequences_of_unequal_length_raise_torchs_runtime_error(batch: list[Any]
 def test_unsupported_element_type_raises_torchs_type_error(elem: Any, name: str) -> None:
     with pytest.raises(TypeError) as info:
         default_collate([elem, elem])
-    assert str(info.value) == ERR + f"<class '{name}'>"
+    assert str(info.value) == ERR + f"<class '{name}'> at entry 0"
 
 
 def test_empty_batch_raises_index_error() -> None:
@@ -545,3 +556,149 @@ def test_default_convert_rebuilds_containers_with_torchs_rules() -> None:
     assert type(default_convert(RecordMap(x=1))) is dict
     assert default_convert(range(3)) == [0, 1, 2]
     assert default_convert([]) == []
+
+
+# --- errors name the field, its type and the entry --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("batch", "found", "where"),
+    [
+        ([{"image": np.zeros(3)}, {"image": None}], "<class 'NoneType'>", " in field ['image']"),
+        ([np.zeros(3), np.zeros(3), threading.Lock()], "<class '_thread.lock'>", ""),
+        ([(np.zeros(2), 0), (None, 1)], "<class 'NoneType'>", " in field [0]"),
+        ([Pair(np.zeros(2), 0), Pair(np.zeros(2), None)], "<class 'NoneType'>", " in field .label"),
+        (
+            [{"meta": {"boxes": [np.zeros(4), np.zeros(4)]}}] * 2
+            + [{"meta": {"boxes": [np.zeros(4), None]}}],
+            "<class 'NoneType'>",
+            " in field ['meta']['boxes'][1]",
+        ),
+        ([np.array(1.0), None], "<class 'NoneType'>", ""),  # 0-d arrays: numpy would not fail
+        ([1, 2, object()], "<class 'object'>", ""),
+        ([{"a": 1}, {"a": 2}, None], "<class 'NoneType'>", ""),
+        ([[1, 2], None], "<class 'NoneType'>", ""),
+    ],
+)
+def test_an_uncollatable_entry_is_named_with_its_field_type_and_entry(
+    batch: list[Any], found: str, where: str
+) -> None:
+    with pytest.raises(TypeError) as info:
+        default_collate(batch)
+    # The bad entry is the last one in every case.
+    assert str(info.value) == f"{ERR}{found}{where} at entry {len(batch) - 1}"
+
+
+def test_an_uncollatable_entry_after_an_array_is_also_a_runtime_error() -> None:
+    # torch raises RuntimeError ("Could not infer dtype of NoneType") after a numpy array and
+    # TypeError after a tensor: the error is both, so either ``except`` keeps working.
+    with pytest.raises(CollateTypeError) as info:
+        default_collate([{"x": np.zeros(2)}, {"x": None}])
+    assert isinstance(info.value, TypeError) and isinstance(info.value, RuntimeError)
+
+
+def test_an_uncollatable_first_entry_is_named_too() -> None:
+    with pytest.raises(TypeError) as info:
+        default_collate([{"image": None}, {"image": np.zeros(3)}])
+    assert str(info.value) == ERR + "<class 'NoneType'> in field ['image'] at entry 0"
+
+
+def test_ragged_arrays_in_a_field_keep_the_runtime_error_and_name_the_field() -> None:
+    batch = [{"x": [np.zeros(3), np.zeros(2)]}, {"x": [np.zeros(3), np.zeros(5)]}]
+    with pytest.raises(RuntimeError) as info:
+        default_collate(batch)
+    assert not isinstance(info.value, TypeError)
+    assert str(info.value) == (
+        "default_collate: stack expects each array in field ['x'][1] to be equal size, "
+        "but got shape (2,) at entry 0 and shape (5,) at entry 1"
+    )
+
+
+def test_sequences_of_unequal_length_in_a_field_name_it_and_the_entries() -> None:
+    with pytest.raises(RuntimeError) as info:
+        default_collate([{"boxes": [1, 2]}, {"boxes": [1, 2]}, {"boxes": [1]}])
+    assert str(info.value) == (
+        "each element in list of batch should be of equal size in field ['boxes']: "
+        "entry 0 has 2 elements and entry 2 has 1"
+    )
+
+
+def test_numbers_mixed_with_strings_name_the_field_and_entry() -> None:
+    with pytest.raises(TypeError) as info:
+        default_collate([{"label": 1}, {"label": "cat"}])
+    assert str(info.value) == (
+        "collate: a batch of numbers must hold only numbers; "
+        "found <class 'str'> in field ['label'] at entry 1"
+    )
+
+
+def test_an_array_among_numbers_is_a_type_error_naming_the_entry() -> None:
+    with pytest.raises(
+        TypeError, match=r"found <class 'numpy\.ndarray'> in field \[0\] at entry 1"
+    ):
+        default_collate([(1,), (np.zeros(3),)])
+
+
+def test_int64_overflow_names_the_field_and_entry() -> None:
+    with pytest.raises(OverflowError, match=r"int64 array in field \['id'\] at entry 2$"):
+        default_collate([{"id": 1}, {"id": 2}, {"id": 2**70}])
+
+
+def test_a_string_array_among_numeric_arrays_is_named() -> None:
+    with pytest.raises(TypeError, match=r"found <U1 in field \['x'\] at entry 1$"):
+        default_collate([{"x": np.zeros(2)}, {"x": np.array(["a", "b"])}])
+
+
+def test_located_errors_survive_pickling_with_their_message() -> None:
+    # Worker processes send errors back pickled.
+    with pytest.raises(TypeError) as info:
+        default_collate([{"image": np.zeros(3)}, {"image": None}])
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(copy) is CollateTypeError
+    assert str(copy) == str(info.value)
+
+
+def test_errors_raised_by_a_registered_function_are_left_alone(restore_fn_map: None) -> None:
+    def collate_box_fn(batch: Sequence[Box], *, collate_fn_map: Any = None) -> Any:
+        raise TypeError("boxes do not stack")
+
+    default_collate_fn_map[Box] = collate_box_fn
+    with pytest.raises(TypeError, match=r"^boxes do not stack$"):
+        default_collate([{"b": Box(1)}, {"b": Box(2)}])
+
+
+def test_the_loader_reports_the_field_of_a_bad_sample() -> None:
+    from aioload import DataLoader
+
+    samples = [{"image": np.zeros(3), "label": 0}, {"image": None, "label": 1}]
+    with pytest.raises(
+        TypeError, match=r"found <class 'NoneType'> in field \['image'\] at entry 1"
+    ):
+        next(iter(DataLoader(samples, batch_size=2, num_workers=0)))
+
+
+BAD_BATCHES: list[Any] = [
+    [None, None],
+    [np.zeros(3), None],
+    [{"image": np.zeros(3)}, {"image": None}],
+    [1, None],
+    [1.5, None],
+    [np.zeros(3), threading.Lock()],
+    [np.zeros(3), np.zeros(2)],
+    [{"a": 1}, None],
+    [[1, 2], None],
+    [[1, 2], [1]],
+    [np.array([None], dtype=object)] * 2,
+]
+
+
+@pytest.mark.parametrize("batch", BAD_BATCHES)
+def test_error_types_are_torchs(batch: list[Any]) -> None:
+    torch_data = pytest.importorskip("torch.utils.data")
+    with pytest.raises(Exception) as theirs:
+        torch_data.default_collate(batch)
+    with pytest.raises(Exception) as ours:
+        default_collate(batch)
+    assert isinstance(ours.value, type(theirs.value)), (theirs.value, ours.value)
+    if str(theirs.value).startswith("default_collate: batch must contain"):
+        assert str(ours.value).startswith(str(theirs.value))

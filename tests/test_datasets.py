@@ -872,3 +872,228 @@ def test_loader_over_a_sync_iterable_dataset_does_not_block_the_loop() -> None:
 
     assert as_lists(run(main())) == [0, 1, 2]
     assert ticks >= 10
+
+
+# --- StackDataset.__getitems__ ------------------------------------------------------------
+
+
+class ShortBatches(Squares):
+    """A ``__getitems__`` that drops the last key: a broken batched read."""
+
+    def __getitems__(self, keys: list[int]) -> list[int]:
+        return [self[k] for k in keys[:-1]]
+
+
+def test_stack_dataset_getitems_tuple_mode_uses_members_batched_reads() -> None:
+    batched = BatchedSquares(5)
+    ds = StackDataset(batched, ["a", "b", "c", "d", "e"])
+    assert ds.__getitems__([4, 0, 2]) == [(16, "e"), (0, "a"), (4, "c")]
+    assert batched.batches == [[4, 0, 2]]
+
+
+def test_stack_dataset_getitems_dict_mode() -> None:
+    batched = BatchedSquares(4)
+    ds = StackDataset(image=batched, label=[0, 1, 0, 1])
+    out = ds.__getitems__([3, 1])
+    assert out == [{"image": 9, "label": 1}, {"image": 1, "label": 1}]
+    assert [list(sample) for sample in out] == [["image", "label"]] * 2
+    assert batched.batches == [[3, 1]]
+
+
+def test_stack_dataset_getitems_of_no_keys() -> None:
+    assert StackDataset(BatchedSquares(3), [1, 2, 3]).__getitems__([]) == []
+
+
+@pytest.mark.parametrize("as_kwargs", [False, True])
+def test_stack_dataset_getitems_rejects_a_member_batch_of_the_wrong_length(
+    as_kwargs: bool,
+) -> None:
+    members = [ShortBatches(4), [0, 1, 2, 3]]
+    ds = StackDataset(a=members[0], b=members[1]) if as_kwargs else StackDataset(*members)
+    with pytest.raises(ValueError, match=r"output size mismatch\. Expected 3, got 2"):
+        ds.__getitems__([0, 1, 2])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_stack_dataset_getitems_index_out_of_range_is_an_index_error(batched: bool) -> None:
+    first: Any = ArrayDataset(np.arange(3)) if batched else [0, 1, 2]
+    with pytest.raises(IndexError):
+        StackDataset(first, [5, 6, 7]).__getitems__([0, 3])
+
+
+def test_stack_dataset_getitems_over_async_members() -> None:
+    parent = BatchedAsyncSquares(4)
+    ds = StackDataset(x=parent, y=AsyncSquares(4), z=Subset(AsyncSquares(4), [3, 2, 1, 0]))
+    out = ds.__getitems__([2, 0])
+    assert inspect.isawaitable(out)
+    assert run(out) == [{"x": 4, "y": 4, "z": 1}, {"x": 0, "y": 0, "z": 9}]
+    assert parent.batches == [[2, 0]]
+
+
+def test_stack_dataset_getitems_over_async_members_checks_the_length() -> None:
+    class AsyncShort(BatchedAsyncSquares):
+        async def __getitems__(self, keys: list[int]) -> list[int]:
+            return [self[k] for k in keys[:1]]
+
+    with pytest.raises(ValueError, match="Expected 2, got 1"):
+        run(StackDataset(AsyncShort(3), [1, 2, 3]).__getitems__([0, 1]))
+
+
+def test_stack_dataset_is_read_by_the_loader_one_batched_call_per_member() -> None:
+    batched = BatchedSquares(5)
+    loader = DataLoader(StackDataset(batched, np.arange(5) * 10), batch_size=2)
+    assert as_lists(list(loader)) == [[[0, 1], [0, 10]], [[4, 9], [20, 30]], [[16], [40]]]
+    assert batched.batches == [[0, 1], [2, 3], [4]]
+
+
+def test_stack_dataset_getitems_matches_torch() -> None:
+    torch_data = pytest.importorskip("torch.utils.data")
+    for as_kwargs in (False, True):
+        members: list[Any] = [BatchedSquares(4), ["a", "b", "c", "d"]]
+
+        def build(cls: Any, members: list[Any] = members, as_kwargs: bool = as_kwargs) -> Any:
+            return cls(p=members[0], q=members[1]) if as_kwargs else cls(*members)
+
+        ours, theirs = build(StackDataset), build(torch_data.StackDataset)
+        assert ours.__getitems__([3, 0, 3]) == theirs.__getitems__([3, 0, 3])
+    for bad, keys, error in [
+        ([ShortBatches(4), [0, 1, 2, 3]], [0, 1], ValueError),
+        ([[0, 1, 2], [0, 1, 2]], [1, 5], IndexError),
+    ]:
+        with pytest.raises(error) as theirs_info:
+            torch_data.StackDataset(*bad).__getitems__(keys)
+        with pytest.raises(error) as ours_info:
+            StackDataset(*bad).__getitems__(keys)
+        assert type(ours_info.value) is type(theirs_info.value)
+
+
+# --- subclasses that override __getitem__ ------------------------------------------------
+
+
+class DoubledSubset(Subset[int]):
+    def __getitem__(self, idx: Any) -> int:
+        return 2 * int(self.dataset[self.indices[idx]])
+
+
+class DoubledSubsetWithGetitems(DoubledSubset):
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        return [self[i] for i in indices]
+
+
+class ParentOnlySubset(Subset[int]):
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        return [-1 for _ in indices]
+
+
+def test_subset_subclass_overriding_only_getitem_is_refused_at_construction() -> None:
+    with pytest.raises(NotImplementedError, match=r"DoubledSubset overrides __getitem__") as info:
+        DoubledSubset([1, 2, 3], [1, 2])
+    assert "def __getitems__(self, indices):" in str(info.value)
+
+
+def test_subset_subclass_overriding_both_is_read_through_its_own_methods() -> None:
+    sub = DoubledSubsetWithGetitems([1, 2, 3], [1, 2])
+    assert sub[0] == 4
+    assert as_lists(list(DataLoader(sub, batch_size=2, num_workers=0))) == [[4, 6]]
+    assert as_lists(list(DataLoader(sub, batch_size=None))) == [4, 6]
+    assert ParentOnlySubset([1, 2, 3], [0]).__getitems__([0]) == [-1]
+
+
+def test_subset_subclass_refusal_matches_torch() -> None:
+    torch_data = pytest.importorskip("torch.utils.data")
+
+    def shapes(base: type) -> list[type]:
+        def getitem(self: Any, idx: Any) -> Any:
+            return 0
+
+        def getitems(self: Any, indices: Any) -> Any:
+            return [0 for _ in indices]
+
+        return [
+            type("OnlyGetitem", (base,), {"__getitem__": getitem}),
+            type("Both", (base,), {"__getitem__": getitem, "__getitems__": getitems}),
+            type("OnlyGetitems", (base,), {"__getitems__": getitems}),
+            type("Neither", (base,), {}),
+        ]
+
+    def outcome(cls: type) -> str:
+        try:
+            cls([1, 2], [0])
+        except NotImplementedError:
+            return "refused"
+        return "accepted"
+
+    ours = [outcome(cls) for cls in shapes(Subset)]
+    assert ours == [outcome(cls) for cls in shapes(torch_data.Subset)]
+    assert ours == ["refused", "accepted", "accepted", "accepted"]
+
+
+class TimesTen(ArrayDataset):
+    def __getitem__(self, index: Any) -> tuple[Any, ...]:
+        return tuple(10 * array[index] for array in self.arrays)
+
+
+class AsyncTimesTen(ArrayDataset):
+    async def __getitem__(self, index: Any) -> tuple[Any, ...]:
+        await asyncio.sleep(0)
+        return tuple(10 * array[index] for array in self.arrays)
+
+
+class TimesTenBatched(TimesTen):
+    """Overrides both, reusing the batched read: the rows are transformed once."""
+
+    def __getitems__(self, indices: Any) -> list[tuple[Any, ...]]:
+        return [tuple(10 * x for x in row) for row in ArrayDataset.__getitems__(self, indices)]
+
+
+@pytest.mark.parametrize("cls", [TimesTen, AsyncTimesTen, TimesTenBatched])
+def test_array_dataset_subclass_overriding_getitem_is_honoured_by_the_loader(cls: type) -> None:
+    ds = cls(np.arange(5), np.arange(5) + 1)
+    loader = DataLoader(ds, batch_size=2, num_workers=0)
+    assert as_lists(list(loader)) == [[[0, 10], [10, 20]], [[20, 30], [30, 40]], [[40], [50]]]
+
+
+def test_tensor_dataset_subclass_overriding_getitem_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader as TorchLoader
+    from torch.utils.data import TensorDataset as TorchTensorDataset
+
+    def shifted(base: type) -> type:
+        def getitem(self: Any, index: Any) -> Any:
+            return tuple(t[index] + 100 for t in self.tensors)
+
+        return type("Shifted", (base,), {"__getitem__": getitem})
+
+    theirs = [b[0].tolist() for b in TorchLoader(shifted(TorchTensorDataset)(torch.arange(5)), 2)]
+    ours = [b[0].tolist() for b in DataLoader(shifted(TensorDataset)(np.arange(5)), 2)]
+    assert ours == theirs == [[100, 101], [102, 103], [104]]
+
+
+def test_stack_dataset_subclass_overriding_getitem_is_honoured() -> None:
+    class Flipped(StackDataset[tuple[Any, ...]]):
+        def __getitem__(self, index: Any) -> tuple[Any, ...]:
+            return tuple(reversed(super().__getitem__(index)))
+
+    ds = Flipped(BatchedSquares(3), ["a", "b", "c"])
+    assert ds.__getitems__([2, 0]) == [("c", 4), ("a", 0)]
+    assert as_lists(list(DataLoader(ds, batch_size=3))) == [[["a", "b", "c"], [0, 1, 4]]]
+
+
+# (A Subset subclass is left out: the loader decides whether a Subset is async from its parent.)
+@pytest.mark.parametrize(
+    ("base", "args"), [(ConcatDataset, ([[7, 8, 9]],)), (StackDataset, ([7, 8, 9],))]
+)
+def test_a_wrapper_subclass_with_an_async_getitem_is_read_as_async(
+    base: type, args: tuple[Any, ...]
+) -> None:
+    class Awaited(base):  # type: ignore[valid-type,misc]
+        async def __getitem__(self, index: Any) -> Any:
+            await asyncio.sleep(0)
+            return index + 100
+
+        def __getitems__(self, indices: list[int]) -> list[Any]:
+            return [self[i] for i in indices]
+
+    ds = Awaited(*args)
+    assert inspect_dataset(ds).is_async
+    assert as_lists(list(DataLoader(ds, batch_size=2))) == [[100, 101], [102]]

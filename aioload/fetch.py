@@ -108,8 +108,9 @@ def _stream_is_async(dataset: Any) -> bool:
 
 def _items_are_async(dataset: Any) -> bool:
     if isinstance(dataset, Subset):
-        # Subset.__getitems__ forwards to the parent's, which may be async.
-        return inspect_dataset(dataset.dataset).is_async
+        # Subset.__getitems__ forwards to the parent's, which may be async; a subclass's
+        # own async __getitem__ makes its reads async whatever the parent is.
+        return _getitem_is_async(dataset) or inspect_dataset(dataset.dataset).is_async
     return _getitem_is_async(dataset)
 
 
@@ -199,8 +200,9 @@ Outcome = tuple[Any, BaseException | None, int]
 
 
 def _has_own_getitems(dataset: Any) -> bool:
-    """Whether ``dataset`` reads a batch in one call (a Subset only forwards its parent's)."""
-    while isinstance(dataset, Subset):
+    """Whether ``dataset`` reads a batch in one call (a Subset only forwards its parent's,
+    unless a subclass defines its own)."""
+    while isinstance(dataset, Subset) and type(dataset).__getitems__ is Subset.__getitems__:
         dataset = dataset.dataset
     return hasattr(type(dataset), "__getitems__")
 

@@ -233,3 +233,41 @@ def test_stream_reads_the_local_s3_server(
     assert report["samples"] == (40 if fmt == "tar" else 25)
     if fmt == "tar":
         assert report["source"] == "4 tar shards"
+
+
+SECRET = "s3cr3t-pa55"
+
+
+def test_stream_hides_the_password_of_a_url(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, _ = shard_server
+    base = server.url.replace("http://", f"http://reader:{SECRET}@")
+    assert main(["stream", f"{base}/part-{{000..003}}.tar", "--json", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    assert json.loads(out)["url"] == f"{base}/part-{{000..003}}.tar".replace(SECRET, "***")
+    for first, args, code in (
+        ([], [f"{base}/missing.tar"], "not_found"),
+        (["--traceback"], [f"{base}/missing.tar"], "not_found"),
+        ([], [f"file://reader:{SECRET}@localhost/data/"], "usage"),
+    ):
+        assert main([*first, "stream", *args, "--quiet"]) == EXIT_CODES[code]
+        captured = capsys.readouterr()
+        assert SECRET not in captured.err + captured.out
+        assert "reader:***@" in captured.err
+
+
+@pytest.mark.timeout(60)
+def test_stream_hides_the_password_of_an_endpoint(
+    capsys: pytest.CaptureFixture[str], unused_tcp_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint = f"http://key:{SECRET}@127.0.0.1:{unused_tcp_port}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    args = ["stream", "s3://bucket/prefix/", "--endpoint", endpoint, "--region", "us-east-1"]
+    for first in ([], ["--traceback"]):
+        assert main([*first, *args, "--quiet"]) == EXIT_CODES["unreachable"]
+        captured = capsys.readouterr()
+        assert SECRET not in captured.err + captured.out
+        assert f"key:***@127.0.0.1:{unused_tcp_port}" in captured.err

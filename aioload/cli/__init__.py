@@ -14,7 +14,8 @@ Exit codes (:data:`EXIT_CODES`): 0 success; 1 an unexpected failure; 2 bad
 arguments (a malformed URL, missing credentials, an unknown option); 3 access
 denied; 4 nothing found (a missing object, an empty prefix); 5 the endpoint
 cannot be reached or keeps failing; 130 interrupted (Ctrl-C). Errors are one
-line on stderr, never a traceback (``--traceback`` shows it).
+line on stderr, never a traceback (``--traceback`` shows it). A password in
+a URL's userinfo (in the URL or ``--endpoint``) is printed as ``***``.
 
 Example::
 
@@ -76,12 +77,25 @@ def exit_code(error: BaseException) -> int:
 
 
 def describe(error: BaseException) -> str:
-    """One line for ``error``: its message and its one-line notes (which keys, which worker)."""
+    """One line for ``error``: its message and its one-line notes (which keys, which worker).
+
+    URLs in it show the password of their userinfo as ``***``.
+    """
     message = str(error).strip() or type(error).__name__
     if isinstance(error, OSError | ValueError | TypeError) and not isinstance(error, CommandError):
         message = f"{message} ({type(error).__name__})"
     notes = [n for n in getattr(error, "__notes__", ()) if "\n" not in n]
-    return "; ".join([message.splitlines()[0], *notes])
+    return _redact("; ".join([message.splitlines()[0], *notes]))
+
+
+def _redact(text: str) -> str:
+    # The messages of aioload.sources are redacted already; this also covers those of
+    # anything else a command ran into (the loader, a decode function, obstore itself).
+    try:
+        from aioload.sources.urls import redact_url
+    except ImportError:  # no obstore: no store was ever opened, so no URL was taken in
+        return text
+    return redact_url(text)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -109,6 +109,7 @@ def run(arguments: argparse.Namespace) -> int:
         raise CommandError(f"--workers should be >= 0; got {arguments.workers}", 2)
     try:
         from aioload.sources import ObjectDataset, ShardDataset, expand_urls
+        from aioload.sources.urls import redact_url
     except ImportError as error:
         raise CommandError(f"{error}: pip install 'aioload[s3]'", 2) from None
     options = _store_options(arguments)
@@ -146,8 +147,8 @@ def run(arguments: argparse.Namespace) -> int:
     finally:
         loader.close()
     if report["samples"] == 0:
-        raise CommandError(f"no {'samples' if tar else 'objects'} found at {url}", 4)
-    report.update(url=url, format="tar" if tar else "raw", source=what)
+        raise CommandError(f"no {'samples' if tar else 'objects'} found at {redact_url(url)}", 4)
+    report.update(url=redact_url(url), format="tar" if tar else "raw", source=what)
     _print(report, arguments)
     return EXIT_CODES["ok"]
 
@@ -176,12 +177,13 @@ def _store_options(arguments: argparse.Namespace) -> dict[str, Any]:
 def _list_shards(url: str, options: dict[str, Any]) -> list[str]:
     """The URLs of the ``.tar`` objects under ``url``."""
     from aioload.sources import ObjectDataset
+    from aioload.sources.urls import redact_url
 
     base = url if url.endswith("/") else url + "/"
     keys = asyncio.run(ObjectDataset(base, **options).listing().collect())
     shards = [base + key for key in keys if key.endswith(".tar")]
     if not shards:
-        raise CommandError(f"no .tar shards under {base}", 4)
+        raise CommandError(f"no .tar shards under {redact_url(base)}", 4)
     return shards
 
 

@@ -21,6 +21,7 @@ import obstore
 
 from aioload.datasets import Dataset
 from aioload.sources.stores import StoreLocation, join_key, raise_translated
+from aioload.sources.urls import redact_url
 
 __all__ = ["ObjectDataset", "ObjectListing"]
 
@@ -239,4 +240,4 @@ class ObjectDataset(Dataset[Any]):
 
     def __repr__(self) -> str:
         where = self._location.url or self._location.base
-        return f"ObjectDataset({where!r})"
+        return f"ObjectDataset({redact_url(where)!r})"

@@ -41,6 +41,7 @@ from aioload.ranks import rank_and_world_size
 from aioload.sources.interleave import interleave
 from aioload.sources.stores import StoreLocation, raise_translated
 from aioload.sources.tar import group_samples, iter_tar
+from aioload.sources.urls import redact_url
 from aioload.worker_info import get_worker_info
 
 __all__ = ["ShardDataset", "default_decode", "expand_urls"]
@@ -67,7 +68,7 @@ def expand_urls(urls: str | Sequence[str]) -> list[str]:
             return [urls]
         first, last = match.group(1), match.group(2)
         if int(last) < int(first):
-            raise ValueError(f"the range {match.group(0)} in {urls!r} is empty")
+            raise ValueError(f"the range {match.group(0)} in {redact_url(urls)!r} is empty")
         head, tail = urls[: match.start()], urls[match.end() :]
         width = len(first)
         return [
@@ -117,7 +118,8 @@ class ShardDataset(IterableDataset[Any]):
 
     A sample is a dict ``{"__key__": key, "__url__": shard_url, field: bytes}``
     (one field per member of the sample: ``jpg``, ``cls``, ``npy`` ...),
-    passed through ``decode``. See the module docstring for how shards are
+    passed through ``decode``; ``__url__`` shows a password in the URL's
+    userinfo as ``***``, as reprs and error messages do. See the module docstring for how shards are
     split across ranks and workers.
 
     Args:
@@ -201,7 +203,7 @@ class ShardDataset(IterableDataset[Any]):
                 self._locations[root] = StoreLocation(root, store_options)
             path = parts.path.lstrip("/")
             if not path or path.endswith("/"):
-                raise ValueError(f"{url!r} names no shard (a tar object) in its store")
+                raise ValueError(f"{redact_url(url)!r} names no shard (a tar object) in its store")
             self._paths.append((root, path))
 
     def set_epoch(self, epoch: int) -> None:
@@ -262,8 +264,11 @@ class ShardDataset(IterableDataset[Any]):
                     yield sample
 
     async def _samples(self, index: int) -> AsyncGenerator[dict[str, Any], None]:
-        """The samples of shard ``index``, as its bytes arrive."""
-        url = self.urls[index]
+        """The samples of shard ``index``, as its bytes arrive.
+
+        Their ``__url__``, as every message, shows the URL's password as ``***``.
+        """
+        url = redact_url(self.urls[index])
         root, path = self._paths[index]
         location = self._locations[root]
         # Closed innermost last, whatever ends the iteration (the end, a break, an error).
@@ -276,7 +281,7 @@ class ShardDataset(IterableDataset[Any]):
                 yield sample
 
     def __repr__(self) -> str:
-        return f"ShardDataset({len(self.urls)} shards, e.g. {self.urls[0]!r})"
+        return f"ShardDataset({len(self.urls)} shards, e.g. {redact_url(self.urls[0])!r})"
 
 
 async def _shard_stream(

@@ -19,6 +19,8 @@ path relative to the store. :func:`translate` turns them into the built-in
 type a user catches (``FileNotFoundError``, ``PermissionError``,
 ``ConnectionError``, ``TimeoutError``, ``ValueError``) with a one-line message
 naming the full URL of the object, and keeps obstore's error as the cause.
+Every URL in a message passes through :func:`~aioload.sources.urls.redact_url`
+first: a password in a URL's userinfo is shown as ``***``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from obstore.store import (
     ObjectStore,
     S3Store,
 )
+
+from aioload.sources.urls import redact_url
 
 __all__ = [
     "DEFAULT_RETRY_CONFIG",
@@ -168,9 +172,10 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
         raise TypeError(f"the URL should be a str such as 's3://bucket/prefix'; got {url!r}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    shown = redact_url(url)  # the URL in messages
     if scheme not in _SCHEMES:
         raise ValueError(
-            f"unsupported URL {url!r}: the scheme should be one of "
+            f"unsupported URL {shown!r}: the scheme should be one of "
             f"{', '.join(s + '://' for s in _SCHEMES)}"
         )
     options = dict(options)
@@ -183,16 +188,16 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
     path = parts.path.lstrip("/")
     try:
         if scheme in ("file", "memory"):
-            _no_options(url, options)
+            _no_options(shown, options)
             if scheme == "file":
                 if parts.netloc not in ("", "localhost"):
-                    raise ValueError(f"a file:// URL names no host; got {url!r}")
+                    raise ValueError(f"a file:// URL names no host; got {shown!r}")
                 return LocalStore(), path
             return MemoryStore(), path
         if scheme in ("http", "https"):
-            _no_options(url, options)
+            _no_options(shown, options)
             if not parts.netloc:
-                raise ValueError(f"the URL {url!r} names no host")
+                raise ValueError(f"the URL {shown!r} names no host")
             if scheme == "http" and allow_http is None:
                 allow_http = True  # the URL itself asks for plain HTTP
             _client_flag(client, allow_http)
@@ -201,7 +206,7 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
             )
             return store, path
         if not parts.netloc:
-            raise ValueError(f"the URL {url!r} names no bucket (expected {scheme}://BUCKET/...)")
+            raise ValueError(f"the URL {shown!r} names no bucket (expected {scheme}://BUCKET/...)")
         if provider is not None:
             common["credential_provider"] = provider
         if scheme in _S3_SCHEMES:
@@ -213,27 +218,27 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
                     allow_http = True  # an explicit plain-HTTP endpoint (a local server)
             _client_flag(client, allow_http)
             _check_credentials(
-                url, options, provider, metadata, _S3_CREDENTIALS, _S3_CREDENTIAL_ENV
+                shown, options, provider, metadata, _S3_CREDENTIALS, _S3_CREDENTIAL_ENV
             )
             s3 = S3Store(parts.netloc, client_options=client or None, **common, **options)
             return s3, path
         _client_flag(client, allow_http)
         if scheme == "gs":
             _check_credentials(
-                url, options, provider, metadata, _GCS_CREDENTIALS, _GCS_CREDENTIAL_ENV
+                shown, options, provider, metadata, _GCS_CREDENTIALS, _GCS_CREDENTIAL_ENV
             )
             gcs = GCSStore(parts.netloc, client_options=client or None, **common, **options)
             return gcs, path
         # az://CONTAINER/path, the account from the options or AZURE_STORAGE_ACCOUNT_NAME.
         _check_credentials(
-            url, options, provider, metadata, _AZURE_CREDENTIALS, _AZURE_CREDENTIAL_ENV
+            shown, options, provider, metadata, _AZURE_CREDENTIALS, _AZURE_CREDENTIAL_ENV
         )
         azure = AzureStore(parts.netloc, client_options=client or None, **common, **options)
         return azure, path
     except obstore.exceptions.UnknownConfigurationKeyError as error:
-        raise TypeError(f"{url}: {_summary(error)}") from error
+        raise TypeError(f"{shown}: {_summary(error)}") from _redacted(error)
     except obstore.exceptions.BaseError as error:
-        raise ValueError(f"{url}: {_summary(error)}") from error
+        raise ValueError(f"{shown}: {_summary(error)}") from _redacted(error)
 
 
 def _no_options(url: str, options: Mapping[str, Any]) -> None:
@@ -298,7 +303,15 @@ def join_key(prefix: str, key: str) -> str:
 
 
 def store_url(store: ObjectStore) -> str:
-    """The URL of ``store``'s root, for messages (``s3://bucket/``, ``http://host/`` ...)."""
+    """The URL of ``store``'s root, for messages (``s3://bucket/``, ``http://host/`` ...).
+
+    A password in the URL's userinfo is shown as ``***`` (see
+    :func:`~aioload.sources.urls.redact_url`).
+    """
+    return redact_url(_root_url(store))
+
+
+def _root_url(store: ObjectStore) -> str:
     if isinstance(store, S3Store):
         return f"s3://{store.config.get('bucket', '?')}/"
     if isinstance(store, GCSStore):
@@ -366,7 +379,7 @@ class StoreLocation:
         return join_key(self.prefix, key)
 
     def describe(self, path: str) -> str:
-        """The full URL of the object at store path ``path``."""
+        """The full URL of the object at store path ``path``, for messages (password hidden)."""
         return self.base + path
 
     def relative(self, path: str) -> str:
@@ -434,11 +447,21 @@ _CONNECT = re.compile(
 )
 
 
+def _redacted(error: BaseException) -> BaseException:
+    """``error`` with the URL passwords in its message hidden, for the traceback of its chain.
+
+    obstore's messages (and their debug dump) name URLs as given, so that a
+    traceback showing obstore's error as the cause would show the password.
+    """
+    error.args = tuple(redact_url(a) if isinstance(a, str) else a for a in error.args)
+    return error
+
+
 def _summary(error: BaseException) -> str:
     """obstore's message without its debug dump and the XML body of the server's answer."""
     text = str(error).split("\n\nDebug source:", 1)[0]
     text = text.split(": <?xml", 1)[0]
-    text = " ".join(text.split())
+    text = redact_url(" ".join(text.split()))  # obstore names the endpoint's URL as given
     return text if len(text) <= 400 else text[:397] + "..."
 
 
@@ -447,7 +470,9 @@ def translate(error: BaseException, where: str) -> BaseException:
 
     The type is the built-in one a caller expects, the message starts with the
     object's URL, and the attributes ``url`` and ``status`` (the HTTP status, or
-    None) are set:
+    None) are set; the message and ``url`` show a password in the URL's
+    userinfo as ``***``, and so does ``error`` from then on (it is the cause
+    that tracebacks show):
 
     - missing object or bucket (404): ``FileNotFoundError``
     - denied or unauthenticated (401, 403): ``PermissionError``
@@ -461,6 +486,8 @@ def translate(error: BaseException, where: str) -> BaseException:
     """
     if not isinstance(error, obstore.exceptions.BaseError | FileNotFoundError):
         return error
+    _redacted(error)  # it stays the cause of the translated error
+    where = redact_url(where)
     summary = _summary(error)
     match = _STATUS.search(summary)
     status = int(match.group(1)) if match else None

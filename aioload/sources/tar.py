@@ -6,6 +6,11 @@ is ready after its first chunk, and at most one chunk plus one member is held
 in memory. Supports ustar, GNU long names and pax ``path`` records (what
 Python's ``tarfile`` and GNU tar write).
 
+Every malformed archive raises :class:`TarFormatError` naming the shard and
+the byte offset of the bad header: the reader never trusts a size or a pax
+record length that would make it stand still or step back (a corrupt shard
+must fail, not spin, since nothing can interrupt a loop that never awaits).
+
 WebDataset convention: the members of one sample are consecutive and share a
 *key* (the path up to the first dot of the file name); the rest of the name is
 the field (``000017.jpg``, ``000017.cls`` -> sample ``000017`` with fields
@@ -60,17 +65,40 @@ class _ChunkReader:
         return joined[:taken]
 
 
-def _pax_path(data: bytes) -> str | None:
-    """The ``path`` record of a pax extended header, if any."""
+def _pax_path(data: bytes, where: str, offset: int) -> str | None:
+    """The ``path`` record of a pax extended header (the header at byte ``offset``), if any.
+
+    Records are ``"LENGTH KEY=VALUE\\n"``, LENGTH counting the whole record;
+    the framing is checked as ``tarfile`` checks it, so that a bad length
+    (0, not a number, past the end) raises instead of looping.
+    """
     path = None
     position = 0
-    while position < len(data):
-        space = data.find(b" ", position)
-        if space < 0:
-            break
-        length = int(data[position:space])
-        record = data[space + 1 : position + length - 1]  # without the trailing newline
-        key, _, value = record.partition(b"=")
+    end = len(data)
+    while position < end and data[position] != 0:  # tarfile stops at NUL padding too
+        space = data.find(b" ", position, min(end, position + 21))
+        digits = data[position:space] if space > position else b""
+        if not digits.isdigit():  # bytes.isdigit: ASCII digits only, no sign, no "_"
+            raise TarFormatError(
+                f"{where}: bad pax header at byte {offset}: a record at byte "
+                f"{position} of its data should start with its length in decimal digits "
+                f"and a space; got {data[position : position + 20]!r}"
+            )
+        length = int(digits)
+        # The shortest record is "5 k=\n"; a shorter length would not move past it.
+        if length < 5 or position + length > end:
+            raise TarFormatError(
+                f"{where}: bad pax header at byte {offset}: a record at byte {position} of "
+                f"its data has length {length}; a record is at least 5 bytes long "
+                f"('5 k=\\n') and fits in the {end - position} bytes left of the data"
+            )
+        record = data[space + 1 : position + length - 1]
+        key, equals, value = record.partition(b"=")
+        if not key or not equals or data[position + length - 1] != 0x0A:
+            raise TarFormatError(
+                f"{where}: bad pax header at byte {offset}: the record at byte {position} "
+                "of its data should read 'LENGTH KEY=VALUE' and end with a newline"
+            )
         if key == b"path":
             path = value.decode("utf-8", "surrogateescape")
         position += length
@@ -118,45 +146,74 @@ async def iter_tar(
 
     Args:
         chunks: the archive's bytes, in chunks of any size.
-        where: the archive's URL, for error messages.
+        where: the archive's URL, for error messages (already redacted).
 
     Raises:
-        TarFormatError: a damaged header or a truncated archive.
+        TarFormatError: an empty (0-byte) stream, a damaged header (a bad
+            checksum, a negative size, a malformed pax record), or an archive
+            that ends inside a header, a member or its padding; the message
+            names ``where`` and the byte offset of the header.
     """
     reader = _ChunkReader(chunks)
     long_name: str | None = None
+    pending = 0  # where the GNU long-name or pax header that long_name came from starts
     while True:
         offset = reader.offset
         header = await reader.read(BLOCK)
         if not header:
+            if offset == 0:
+                raise TarFormatError(f"{where}: empty file (a tar shard holds at least one block)")
+            if long_name is not None:
+                raise TarFormatError(
+                    f"{where}: the archive ends after the long-name header at byte {pending}"
+                )
             return  # no end-of-archive blocks: tolerated, as tarfile does
         if len(header) < BLOCK:
             raise TarFormatError(f"{where}: truncated tar header at byte {offset}")
         if header.count(0) == BLOCK:
+            if long_name is not None:
+                raise TarFormatError(
+                    f"{where}: the long-name header at byte {pending} names no member "
+                    f"(end of archive at byte {offset})"
+                )
             return  # the end-of-archive marker
         parsed = _parse_header(header)
         if parsed is None:
             try:
                 info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
-            except tarfile.HeaderError as error:
+            except (tarfile.HeaderError, ValueError) as error:
                 raise TarFormatError(f"{where}: bad tar header at byte {offset}: {error}") from None
             parsed = info.name, info.size, info.type
         member_name, size, kind = parsed
+        if size < 0:  # base-256 sizes can be negative: reading them would step back
+            raise TarFormatError(
+                f"{where}: bad tar header at byte {offset}: member {member_name!r} has a "
+                f"negative size ({size}); a size is a count of bytes, 0 or more"
+            )
         body = await reader.read(size)
         if len(body) < size:
             raise TarFormatError(
-                f"{where}: the archive ends inside member {member_name!r} (byte {offset})"
+                f"{where}: the archive ends inside member {member_name!r} (header at byte "
+                f"{offset} gives {size} bytes, {len(body)} are left)"
             )
         padding = -size % BLOCK
         if padding and len(await reader.read(padding)) < padding:
-            raise TarFormatError(f"{where}: the archive ends inside the padding at byte {offset}")
+            raise TarFormatError(
+                f"{where}: the archive ends inside the padding of the member at byte {offset}"
+            )
         if kind == tarfile.GNUTYPE_LONGNAME:
-            long_name = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            pending = offset
             continue
         if kind == tarfile.XHDTYPE:
-            long_name = _pax_path(body) or long_name
+            path = _pax_path(body, where, offset)
+            if path is not None or long_name is None:
+                long_name, pending = path if path is not None else "", offset
             continue
+        if kind == tarfile.GNUTYPE_LONGLINK:
+            continue  # a link target; it must not drop a long name that came before it
         if kind == tarfile.XGLTYPE:
+            _pax_path(body, where, offset)  # checked, as tarfile does; its records are unused
             continue
         name = long_name or member_name
         long_name = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 from collections.abc import Mapping
 from types import TracebackType
@@ -38,12 +39,55 @@ def _encode(field: str, value: Any) -> bytes:
     )
 
 
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
+def _check_key(key: str) -> None:
+    """Refuses a key that is not a safe relative member name (see :class:`ShardWriter`)."""
+    allowed = (
+        "a key is a relative path of '/'-separated names, none of them empty, '.' or '..', "
+        "without backslashes or NUL bytes, such as 'train/000017'"
+    )
+    problem = None
+    if "\x00" in key:
+        problem = "holds a NUL byte"
+    elif "\\" in key:
+        problem = "holds a backslash (a folder separator on Windows)"
+    elif key.startswith("/"):
+        problem = "is an absolute path"
+    elif _DRIVE.match(key):
+        problem = "starts with a drive letter"
+    else:
+        bad = [part for part in key.split("/") if part in ("", ".", "..")]
+        if bad:
+            problem = (
+                f"has a path component {bad[0]!r}" if bad[0] else "has an empty path component"
+            )
+    if problem is not None:
+        # tarfile.extractall without a filter would write such a member outside its folder.
+        raise ValueError(f"sample key {key!r} {problem}: {allowed}")
+
+
+def _check_field(key: str, field: Any) -> None:
+    if not isinstance(field, str):
+        raise TypeError(f"sample {key!r}: a field name should be a str; got {field!r}")
+    if not field or "/" in field or "\\" in field or "\x00" in field:
+        raise ValueError(
+            f"sample {key!r}: field {field!r} is not a member extension: a field is a "
+            "non-empty str without '/', backslashes or NUL bytes, such as 'jpg' or 'seg.png'"
+        )
+
+
 class ShardWriter:
     """Writes samples into a numbered series of tar shards (WebDataset layout).
 
-    A sample is a mapping with a ``"__key__"`` (a str without a dot in its last
-    path component) and one entry per field: its name is the member's
-    extension (``"jpg"``, ``"cls"``, ``"npy"``), its value bytes, a str
+    A sample is a mapping with a ``"__key__"`` and one entry per field. The key
+    is a safe relative path (``"000017"``, ``"train/000017"``): ``/``-separated
+    names, none empty, ``.`` or ``..``, no backslash, NUL byte, leading ``/``
+    or drive letter, and no dot in the last name; anything else raises
+    ``ValueError``, so that no shard can extract outside its folder. A field's
+    name is the member's extension (``"jpg"``, ``"cls"``, ``"npy"``; no ``/``),
+    its value bytes, a str
     (UTF-8), a numpy array (written in ``.npy`` format), an int (as text) or a
     dict/list (JSON). Other ``"__...__"`` entries are ignored. A new shard
     starts once the current one holds ``maxcount`` samples or would pass
@@ -112,16 +156,17 @@ class ShardWriter:
         key = sample.get("__key__") if isinstance(sample, Mapping) else None
         if not isinstance(key, str) or not key:
             raise ValueError(f"a sample needs a '__key__' str; got {sample!r:.200}")
+        _check_key(key)
         if "." in key.rpartition("/")[2]:
             raise ValueError(
                 f"sample key {key!r}: its last path component must not hold a dot (the dot "
                 "separates the key from the field in member names)"
             )
-        members = [
-            (f"{key}.{field}", _encode(field, value))
-            for field, value in sample.items()
-            if not field.startswith("__")
-        ]
+        members = []
+        for field, value in sample.items():
+            _check_field(key, field)
+            if not field.startswith("__"):
+                members.append((f"{key}.{field}", _encode(field, value)))
         if not members:
             raise ValueError(f"sample {key!r} has no fields besides its key")
         size = sum(512 + len(body) + (-len(body) % 512) for _, body in members)

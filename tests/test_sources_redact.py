@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from aioload.sources import ObjectDataset, ShardDataset, ShardWriter, expand_urls, open_store
-from aioload.sources.urls import redact_url
+from aioload.urls import redact_url
 
 SECRET = "s3cr3t-pa55"
 

@@ -33,6 +33,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from aioload.eventloop import new_event_loop
+from aioload.urls import redact_url
 
 __all__ = ["EXIT_CODES", "CommandError", "main", "run_async"]
 
@@ -85,17 +86,9 @@ def describe(error: BaseException) -> str:
     if isinstance(error, OSError | ValueError | TypeError) and not isinstance(error, CommandError):
         message = f"{message} ({type(error).__name__})"
     notes = [n for n in getattr(error, "__notes__", ()) if "\n" not in n]
-    return _redact("; ".join([message.splitlines()[0], *notes]))
-
-
-def _redact(text: str) -> str:
     # The messages of aioload.sources are redacted already; this also covers those of
     # anything else a command ran into (the loader, a decode function, obstore itself).
-    try:
-        from aioload.sources.urls import redact_url
-    except ImportError:  # no obstore: no store was ever opened, so no URL was taken in
-        return text
-    return redact_url(text)
+    return redact_url("; ".join([message.splitlines()[0], *notes]))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ import numpy as np
 
 from aioload.cli import EXIT_CODES, CommandError, run_async
 from aioload.cli.meter import Meter
+from aioload.urls import redact_url
 
 __all__ = ["TimedObjects", "add_parser", "run", "sample_size"]
 
@@ -109,7 +110,6 @@ def run(arguments: argparse.Namespace) -> int:
         raise CommandError(f"--workers should be >= 0; got {arguments.workers}", 2)
     try:
         from aioload.sources import ObjectDataset, ShardDataset, expand_urls
-        from aioload.sources.urls import redact_url
     except ImportError as error:
         raise CommandError(f"{error}: pip install 'aioload[s3]'", 2) from None
     options = _store_options(arguments)
@@ -177,7 +177,6 @@ def _store_options(arguments: argparse.Namespace) -> dict[str, Any]:
 def _list_shards(url: str, options: dict[str, Any]) -> list[str]:
     """The URLs of the ``.tar`` objects under ``url``."""
     from aioload.sources import ObjectDataset
-    from aioload.sources.urls import redact_url
 
     base = url if url.endswith("/") else url + "/"
     keys = asyncio.run(ObjectDataset(base, **options).listing().collect())

@@ -21,7 +21,7 @@ import obstore
 
 from aioload.datasets import Dataset
 from aioload.sources.stores import StoreLocation, join_key, raise_translated
-from aioload.sources.urls import redact_url
+from aioload.urls import redact_url
 
 __all__ = ["ObjectDataset", "ObjectListing"]
 

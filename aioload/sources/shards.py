@@ -41,7 +41,7 @@ from aioload.ranks import rank_and_world_size
 from aioload.sources.interleave import interleave
 from aioload.sources.stores import StoreLocation, raise_translated
 from aioload.sources.tar import group_samples, iter_tar
-from aioload.sources.urls import redact_url
+from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
 __all__ = ["ShardDataset", "default_decode", "expand_urls"]

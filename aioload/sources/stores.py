@@ -19,7 +19,7 @@ path relative to the store. :func:`translate` turns them into the built-in
 type a user catches (``FileNotFoundError``, ``PermissionError``,
 ``ConnectionError``, ``TimeoutError``, ``ValueError``) with a one-line message
 naming the full URL of the object, and keeps obstore's error as the cause.
-Every URL in a message passes through :func:`~aioload.sources.urls.redact_url`
+Every URL in a message passes through :func:`~aioload.urls.redact_url`
 first: a password in a URL's userinfo is shown as ``***``.
 """
 
@@ -45,7 +45,7 @@ from obstore.store import (
     S3Store,
 )
 
-from aioload.sources.urls import redact_url
+from aioload.urls import redact_url
 
 __all__ = [
     "DEFAULT_RETRY_CONFIG",
@@ -306,7 +306,7 @@ def store_url(store: ObjectStore) -> str:
     """The URL of ``store``'s root, for messages (``s3://bucket/``, ``http://host/`` ...).
 
     A password in the URL's userinfo is shown as ``***`` (see
-    :func:`~aioload.sources.urls.redact_url`).
+    :func:`~aioload.urls.redact_url`).
     """
     return redact_url(_root_url(store))
 

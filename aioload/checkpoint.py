@@ -37,8 +37,12 @@ __all__ = [
     "count_field",
 ]
 
-STATE_VERSION = 1
-"""Bumped when the layout of DataLoader.state_dict() changes, so an old state is refused clearly."""
+STATE_VERSION = 2
+"""Bumped when the layout of DataLoader.state_dict() changes, so an old state is refused clearly.
+
+Version 2 added ``"fits"``: what the state depends on, checked when it is loaded."""
+
+_MAX_SEED = 1 << 62  # base seeds are drawn below this
 
 
 class Received:
@@ -215,6 +219,16 @@ class Checkpoints:
         iterable: the dataset is iterable.
         num_workers: the loader's worker processes.
         in_order: the loader yields in sequence order.
+        batch_size: the loader's ``batch_size`` (None: no automatic batching,
+            or a batch sampler of the user's).
+        drop_last: the loader's ``drop_last``.
+
+    A state records what it depends on (``"fits"``: the batch size,
+    ``drop_last``, the dataset's length, the sampler's kind and length,
+    ``in_order``, and ``num_workers`` for a stream read by workers); loading
+    it into a loader where any of them differs fails naming the field, before
+    anything is changed, and so does a state whose positions or counts are
+    out of range or disagree with each other.
     """
 
     def __init__(
@@ -226,7 +240,11 @@ class Checkpoints:
         iterable: bool,
         num_workers: int,
         in_order: bool,
+        batch_size: int | None = None,
+        drop_last: bool = False,
     ) -> None:
+        self._batch_size = batch_size
+        self._drop_last = drop_last
         self._dataset = dataset
         self._sampler = sampler
         self._generator = generator
@@ -331,6 +349,7 @@ class Checkpoints:
             "generator": start.generator,
             "sampler": sampler_state,
             "dataset": start.received.stream_state,
+            "fits": self._fits(),
         }
 
     def _generator_state(self) -> Any:
@@ -340,8 +359,61 @@ class Checkpoints:
     def _sampler_state(self) -> Any:
         return self._sampler.state_dict() if _stateful(self._sampler) else None
 
-    @staticmethod
-    def _between_epochs(epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
+    def _fits(self) -> dict[str, Any]:
+        """What a state of this loader depends on (see the class docstring)."""
+        sampler = self._sampler
+        inner = getattr(sampler, "sampler", None) if isinstance(sampler, BatchSampler) else None
+        kind = None if sampler is None else type(sampler).__name__
+        if inner is not None:
+            kind = f"{kind}({type(inner).__name__})"
+        return {
+            "batch_size": self._batch_size,
+            "drop_last": self._drop_last,
+            "dataset_length": _length(self._dataset),
+            "sampler": kind,
+            "sampler_length": _length(sampler),
+            "in_order": self._in_order,
+            "num_workers": self._num_workers if self._stream else None,
+        }
+
+    def _check_fits(self, state: Mapping[str, Any]) -> None:
+        fits = state.get("fits")
+        if not isinstance(fits, Mapping):
+            raise ValueError("DataLoader state field 'fits' should be a dict from state_dict()")
+        for name, ours in self._fits().items():
+            theirs = fits.get(name, _MISSING)
+            if theirs != ours or type(theirs) is not type(ours):
+                raise ValueError(
+                    f"DataLoader state does not fit this loader: it was taken with "
+                    f"{name}={'(missing)' if theirs is _MISSING else repr(theirs)}, this loader "
+                    f"has {name}={ours!r}; resume with a loader built with the same dataset "
+                    "and arguments"
+                )
+
+    def _check_positions(self, state: Mapping[str, Any], done: int, received: list[int]) -> None:
+        """Refuses positions past the epoch's end, and a sampler count that disagrees."""
+        total = _length(self._sampler)
+        if total is not None:
+            if done > total:
+                raise ValueError(
+                    f"DataLoader state field 'batches' is {done}, past this epoch's {total} batches"
+                )
+            if received and received[-1] >= total:
+                raise ValueError(
+                    f"DataLoader state field 'received' names batch {received[-1]}, past this "
+                    f"epoch's {total} batches"
+                )
+        count = count_field(self._sampler)
+        sampler_state = state.get("sampler")
+        if count is not None and isinstance(sampler_state, Mapping):
+            theirs = sampler_state.get(count)
+            if sampler_state.get("in_progress") and theirs != done:
+                raise ValueError(
+                    f"DataLoader state field 'batches' is {done}, but its sampler state says "
+                    f"{count}={theirs!r}: the state was altered"
+                )
+
+    def _between_epochs(self, epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
         return {
             "type": "DataLoader",
             "version": STATE_VERSION,
@@ -353,12 +425,16 @@ class Checkpoints:
             "generator": generator,
             "sampler": sampler,
             "dataset": None,
+            "fits": self._fits(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Loads ``state`` for the next epoch (see :meth:`aioload.DataLoader.load_state_dict`)."""
         self.check_checkpointable()
         in_progress, epoch, done, received, base_seed = check_state(state)
+        self._check_fits(state)
+        if in_progress:
+            self._check_positions(state, done, received)
         sampler = self._sampler
         sampler_state = state.get("sampler")
         if _stateful(sampler) != (sampler_state is not None):
@@ -470,7 +546,34 @@ def check_state(state: Any) -> tuple[bool, int, int, list[int], int]:
             "DataLoader state field 'received' should be a list of the batch numbers past "
             "'batches' that were received"
         )
+    if received != sorted(set(received)):
+        raise ValueError("DataLoader state field 'received' should be sorted, without repeats")
+    if not in_progress and (counts["batches"] or received):
+        raise ValueError(
+            "DataLoader state between epochs ('in_progress': false) should have 'batches' 0 "
+            "and no 'received'"
+        )
     base_seed = state.get("base_seed")
-    if in_progress and (not isinstance(base_seed, int) or isinstance(base_seed, bool)):
-        raise ValueError("DataLoader state in progress needs an int 'base_seed'")
+    if in_progress and (
+        not isinstance(base_seed, int)
+        or isinstance(base_seed, bool)
+        or not 0 <= base_seed < _MAX_SEED
+    ):
+        raise ValueError(
+            f"DataLoader state in progress needs an int 'base_seed' in [0, 2**62); "
+            f"got {base_seed!r:.50}"
+        )
     return in_progress, counts["epoch"], counts["batches"], received, base_seed or 0
+
+
+_MISSING = object()
+
+
+def _length(obj: Any) -> int | None:
+    """``len(obj)``, or None for an object without a length."""
+    if obj is None:
+        return None
+    try:
+        return len(obj)
+    except TypeError:
+        return None

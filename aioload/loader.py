@@ -328,6 +328,8 @@ class DataLoader(Generic[T_co]):
             iterable=protocol.iterable,
             num_workers=num_workers,
             in_order=in_order,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
         )
         self.__initialized = True
 

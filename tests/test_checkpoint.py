@@ -419,7 +419,7 @@ def test_state_that_does_not_fit_is_refused() -> None:
     state = DataLoader(Keys(), batch_size=4, shuffle=True, generator=1).state_dict()
     with pytest.raises(ValueError, match="generator"):
         DataLoader(Keys(), batch_size=4, shuffle=True).load_state_dict(state)
-    with pytest.raises(ValueError, match="sampler state"):
+    with pytest.raises(ValueError, match="batch_size=4, this loader has batch_size=None"):
         DataLoader(Keys(), batch_size=None, sampler=Reversed(), generator=1).load_state_dict(state)
     with pytest.raises(ValueError, match="version"):
         DataLoader(Keys()).load_state_dict({**state, "version": 99})
@@ -546,5 +546,8 @@ def test_worker_stream_states_must_match_num_workers() -> None:
         state = roundtrip(loader.state_dict())
         it.close()
     assert state["dataset"]["next_worker"] == 1
+    with pytest.raises(ValueError, match="taken with num_workers=2, this loader has num_workers=3"):
+        DataLoader(ShardedStream(), batch_size=3, num_workers=3).load_state_dict(state)
+    state["fits"]["num_workers"] = 3  # altered to fit: the per-worker states still do not
     with pytest.raises(ValueError, match="one stream state per worker"):
         DataLoader(ShardedStream(), batch_size=3, num_workers=3).load_state_dict(state)

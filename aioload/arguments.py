@@ -13,12 +13,15 @@ import concurrent.futures
 import math
 import multiprocessing
 import multiprocessing.context
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from aioload.backends.executor import check_executor, executor_size
+from aioload.backends.inline import THREADS_FOR_THREAD_SAFE
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.policy import FaultPolicy, RetryPolicy
 from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
@@ -26,9 +29,11 @@ from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_WORKER_RESTARTS",
+    "DEFAULT_WINDOW_BYTES",
     "LoaderArguments",
     "check_arguments",
     "epoch_items",
+    "warn_excessive_workers",
     "window_size",
 ]
 
@@ -37,6 +42,9 @@ DEFAULT_CONCURRENCY = 256
 
 DEFAULT_MAX_WORKER_RESTARTS = 3
 """Worker deaths one epoch survives (by restarting the worker) unless told otherwise."""
+
+DEFAULT_WINDOW_BYTES = 256 << 20
+"""The memory the default window on the loop holds at most, once batches are measured."""
 
 
 @dataclass(frozen=True)
@@ -218,26 +226,73 @@ def check_arguments(
 
 def window_size(
     *,
+    protocol: DatasetProtocol,
     num_workers: int,
     prefetch_factor: int | None,
     concurrency: int,
     batch_size: int | None,
     batch_sampler: Any,
     executor: concurrent.futures.Executor | None,
-) -> int:
-    """The most batches in flight at once (see :attr:`aioload.DataLoader.window`)."""
+) -> tuple[int, int | None]:
+    """The most batches in flight at once (see :attr:`aioload.DataLoader.window`), and the
+    memory budget the epoch sizes that window down to (None: the window is the user's).
+
+    Only the default window on the loop (``num_workers=0``, no ``prefetch_factor``) is
+    sized by what it serves: twice the batches that keep ``concurrency`` items in
+    flight where items can be in flight together (an async dataset; a sync one that
+    is ``thread_safe``, up to its threads), else 4 — a stream or a sync dataset reads
+    one batch after another. It is then held to :data:`DEFAULT_WINDOW_BYTES` of
+    batches once their size is measured.
+    """
     if executor is not None:
-        return (prefetch_factor or 2) * (executor_size(executor) or 1)
+        return (prefetch_factor or 2) * (executor_size(executor) or 1), None
     if prefetch_factor is not None:
-        per_worker = prefetch_factor
-    elif num_workers > 0:
-        per_worker = 2
+        return prefetch_factor * max(1, num_workers), None
+    if num_workers > 0:
+        return 2 * num_workers, None
+    if protocol.iterable:
+        in_flight = 1
+    elif protocol.is_async:
+        in_flight = concurrency
+    elif protocol.thread_safe:
+        in_flight = min(concurrency, THREADS_FOR_THREAD_SAFE)
     else:
-        batch = batch_size or getattr(batch_sampler, "batch_size", None)
-        if not isinstance(batch, int) or batch < 1:
-            batch = 32 if batch_sampler is not None else 1
-        per_worker = max(4, 2 * math.ceil(concurrency / batch))
-    return per_worker * max(1, num_workers)
+        in_flight = 1
+    batch = batch_size or getattr(batch_sampler, "batch_size", None)
+    if not isinstance(batch, int) or batch < 1:
+        batch = 32 if batch_sampler is not None else 1
+    return max(4, 2 * math.ceil(in_flight / batch)), DEFAULT_WINDOW_BYTES
+
+
+def warn_excessive_workers(num_workers: int, *, stacklevel: int) -> None:
+    """Warns, with torch's words, when ``num_workers`` exceeds the CPUs this process may use.
+
+    ``stacklevel`` counts from the caller of this function, so that the warning
+    points at the user's line.
+    """
+    if num_workers <= 0:
+        return
+    cpuset_checked = hasattr(os, "sched_getaffinity")
+    suggested = len(os.sched_getaffinity(0)) if cpuset_checked else os.cpu_count()
+    if suggested is not None and num_workers <= suggested:
+        return
+    if suggested is None:
+        advice = (
+            "DataLoader is not able to compute a suggested max number of worker in current system."
+        )
+    else:
+        advice = (
+            f"Our suggested max number of worker in current system is {suggested}"
+            f"{'' if cpuset_checked else ' (`cpuset` is not taken into account)'}, which is "
+            "smaller than what this DataLoader is going to create."
+        )
+    warnings.warn(
+        f"This DataLoader will create {num_workers} worker processes in total. {advice} "
+        "Please be aware that excessive worker creation might get DataLoader running slow or "
+        "even freeze, lower the worker number to avoid potential slowness/freeze if necessary.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def epoch_items(sampler: Any, batch_sampler: Any) -> int | None:

@@ -23,6 +23,7 @@ from aioload.arguments import (
     DEFAULT_MAX_WORKER_RESTARTS,
     check_arguments,
     epoch_items,
+    warn_excessive_workers,
     window_size,
 )
 from aioload.backends.factory import Backends
@@ -114,10 +115,15 @@ class DataLoader(Generic[T_co]):
         prefetch_factor: batches in flight per worker (``num_workers > 0``,
             default 2). Unlike torch it is also allowed with
             ``num_workers=0``, where it sizes the window of batches in flight
-            on the event loop; the default there is enough batches to keep
-            ``concurrency`` items in flight and at least 4:
-            ``max(4, 2 * ceil(concurrency / batch_size))`` (twice what
-            ``concurrency`` needs, so refilling the window never starves it).
+            on the event loop. The default there is sized by what the window
+            serves — twice the batches that keep ``concurrency`` items in
+            flight, ``max(4, 2 * ceil(concurrency / batch_size))``, for an
+            async dataset (for a ``thread_safe`` sync one, its 8 threads' worth;
+            else 4: a stream or a sync dataset reads one batch at a time) —
+            and held to 256 MiB of batches
+            (:data:`~aioload.arguments.DEFAULT_WINDOW_BYTES`): the epoch starts
+            with 4 batches in flight and sizes the window as it measures them.
+            An explicit ``prefetch_factor`` is taken as it is.
         persistent_workers: keep the worker processes (and their dataset
             copies) between epochs; they stop at :meth:`close`, when the loader
             is collected, or at exit.
@@ -303,7 +309,8 @@ class DataLoader(Generic[T_co]):
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
         self.collate_fn = collate_fn
-        self._window = window_size(
+        self._window, self._window_bytes = window_size(
+            protocol=protocol,
             num_workers=num_workers,
             prefetch_factor=self.prefetch_factor,
             concurrency=self.concurrency,
@@ -331,6 +338,7 @@ class DataLoader(Generic[T_co]):
             batch_size=self.batch_size,
             drop_last=self.drop_last,
         )
+        warn_excessive_workers(num_workers, stacklevel=2)  # as torch: here and at every iter()
         self.__initialized = True
 
     def __setattr__(self, attr: str, value: Any) -> None:
@@ -421,9 +429,11 @@ class DataLoader(Generic[T_co]):
                 "a DataLoader cannot be iterated with a plain `for` inside a running event "
                 "loop (it would block the loop); use `async for batch in loader` instead"
             )
+        warn_excessive_workers(self.num_workers, stacklevel=2)
         return SyncBatchIterator(self._new_epoch, self.timeout)
 
     def __aiter__(self) -> AsyncBatchIterator:
+        warn_excessive_workers(self.num_workers, stacklevel=2)
         return AsyncBatchIterator(self._new_epoch, self.timeout)
 
     def _new_epoch(
@@ -455,6 +465,7 @@ class DataLoader(Generic[T_co]):
             None if self._protocol.iterable else self._index_sampler,
             make_backend,
             window=self._window,
+            window_bytes=self._window_bytes,
             in_order=self.in_order,
             output=output,
             loop=loop,

@@ -75,6 +75,10 @@ _clock = time.perf_counter
 # epoch, then one in _MEASURE_MASK + 1; the others cost a comparison or two.
 _MEASURE_FIRST = 8
 _MEASURE_MASK = 31
+# Under a window's memory budget: the window before any batch was measured, and the least
+# it is sized down to (so fetching still overlaps the consumer).
+_FIRST_WINDOW = 4
+_MIN_WINDOW = 2
 
 
 class Window:
@@ -82,6 +86,8 @@ class Window:
 
     ``acquire`` runs on the loop; ``release`` on the loop and
     ``release_threadsafe`` from the consumer's thread under the sync facade.
+    :meth:`resize` (on the loop) changes the limit while batches are in flight:
+    a smaller one holds the producer back until enough batches went out.
     """
 
     def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
@@ -93,22 +99,23 @@ class Window:
 
     @property
     def free(self) -> int:
-        """Slots free now."""
+        """Slots free now (negative after a shrink, until enough batches went out)."""
         return self._free
 
     async def acquire(self) -> None:
         with self._lock:
-            if self._free:
+            if self._free > 0:
                 self._free -= 1
                 return
             waiter = self._waiter = self._loop.create_future()
-        await waiter  # the slot is handed over by release
+        await waiter  # the slot is handed over by release or resize
 
     def _take_waiter(self) -> asyncio.Future[None] | None:
         with self._lock:
             waiter = self._waiter
-            if waiter is None:
+            if waiter is None or self._free < 0:
                 self._free += 1
+                return None
             self._waiter = None
             return waiter
 
@@ -121,6 +128,18 @@ class Window:
         waiter = self._take_waiter()
         if waiter is not None:
             self._loop.call_soon_threadsafe(_wake, waiter)
+
+    def resize(self, size: int) -> None:
+        """Makes the limit ``size`` batches (call on the loop)."""
+        with self._lock:
+            self._free += size - self.size
+            self.size = size
+            waiter = self._waiter
+            if waiter is None or self._free <= 0:
+                return
+            self._free -= 1  # the waiting producer's slot
+            self._waiter = None
+        _wake(waiter)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -137,6 +156,9 @@ class Epoch:
             iterable dataset, whose backend makes its own batches.
         make_backend: builds the epoch's backend inside the epoch's scope.
         window: the most batches in flight.
+        window_bytes: a memory budget for the window (None: none): the epoch
+            starts with a small window and, as it measures batches, sizes it to
+            hold about this many bytes of batches (within 2 and ``window``).
         in_order: yield by sequence number rather than as finished.
         output: where deliveries go.
         pin: when given, each batch is passed through it in a dedicated thread.
@@ -157,6 +179,7 @@ class Epoch:
         make_backend: BackendFactory,
         *,
         window: int,
+        window_bytes: int | None = None,
         in_order: bool,
         output: LoopOutput | ThreadOutput,
         loop: asyncio.AbstractEventLoop,
@@ -178,7 +201,11 @@ class Epoch:
         self._fast_forward = fast_forward
         self._batches = batches
         self._make_backend = make_backend
-        self.window = Window(window, loop)
+        self._window_limit = window
+        self._window_bytes = window_bytes
+        # Under a budget the batches' size is unknown until one is measured: start small.
+        first = window if window_bytes is None else min(window, _FIRST_WINDOW)
+        self.window = Window(first, loop)
         self._in_order = in_order
         self._output = output
         self._pin = pin
@@ -400,12 +427,25 @@ class Epoch:
         if not self._map_style:  # a stream's batch: its length is its item count
             items, nbytes = stats.measure(keys, batch, 0)
             stats.sample(items, nbytes)
+            self._fit_window(nbytes)
         else:
             items = len(keys) - skipped if self._collated else 1
             if seq < _MEASURE_FIRST or not seq & _MEASURE_MASK:
-                stats.sample(items, batch_nbytes(batch))
+                nbytes = batch_nbytes(batch)
+                stats.sample(items, nbytes)
+                self._fit_window(nbytes)
         self._record_latency(seq)
         return items
+
+    def _fit_window(self, nbytes: int) -> None:
+        """Sizes the window to the budget by the bytes of a measured batch."""
+        budget = self._window_bytes
+        if budget is None:
+            return
+        limit = self._window_limit
+        size = limit if nbytes <= 0 else max(_MIN_WINDOW, min(limit, budget // nbytes))
+        if size != self.window.size:
+            self.window.resize(size)
 
     def _record_latency(self, seq: int) -> None:
         started = self._submitted.pop(seq, None)  # only measured batches are in it

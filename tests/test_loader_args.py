@@ -465,29 +465,45 @@ def test_prefetch_factor_is_allowed_without_workers_and_sets_the_window(
     assert len(list(loader)) == 5
 
 
+class AsyncItems(Items):
+    async def __getitem__(self, i: int) -> int:  # type: ignore[override]
+        return i
+
+
+class ThreadSafeItems(Items):
+    thread_safe = True
+
+
 @pytest.mark.parametrize(
     ("batch_size", "concurrency"),
     [(1, None), (64, None), (32, None), (100, None), (3, 10), (7, 100), (10, 1000)],
 )
-def test_default_window_keeps_concurrency_items_in_flight(
+def test_default_window_keeps_concurrency_items_of_an_async_dataset_in_flight(
     batch_size: int, concurrency: int | None
 ) -> None:
-    loader = DataLoader(Items(10), batch_size=batch_size, concurrency=concurrency)
+    loader = DataLoader(AsyncItems(10), batch_size=batch_size, concurrency=concurrency)
     expected = max(4, 2 * math.ceil((concurrency or DEFAULT_CONCURRENCY) / batch_size))
     assert loader.window == expected
 
 
 def test_default_window_without_auto_batching_counts_items() -> None:
-    assert DataLoader(Items(10), batch_size=None, concurrency=100).window == 200
+    assert DataLoader(AsyncItems(10), batch_size=None, concurrency=100).window == 200
 
 
 def test_default_window_uses_the_batch_samplers_batch_size() -> None:
     batch_sampler = BatchSampler(SequentialSampler(range(100)), 16, False)
-    assert DataLoader(Items(100), batch_sampler=batch_sampler).window == 2 * 256 // 16
+    assert DataLoader(AsyncItems(100), batch_sampler=batch_sampler).window == 2 * 256 // 16
 
 
-def test_default_window_for_an_iterable_dataset() -> None:
-    assert DataLoader(Stream(10), batch_size=3).window == 2 * math.ceil(DEFAULT_CONCURRENCY / 3)
+def test_default_window_where_concurrency_does_not_apply() -> None:
+    # A stream and a sync dataset read one batch after another: 128 batches in flight at
+    # batch size 4 would only hold memory.
+    assert DataLoader(Stream(10), batch_size=4).window == 4
+    assert DataLoader(Items(10), batch_size=4).window == 4
+    assert DataLoader(Items(10), batch_size=None).window == 4
+    # A thread-safe sync dataset is read by up to 8 threads.
+    assert DataLoader(ThreadSafeItems(10), batch_size=1).window == 16
+    assert DataLoader(ThreadSafeItems(10), batch_size=4).window == 4
 
 
 # len()

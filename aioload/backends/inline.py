@@ -32,9 +32,10 @@ from aioload.backends.reader import BatchReader
 from aioload.backends.threads import when_done_on_loop
 from aioload.eager import ItemPool
 
-__all__ = ["InlineBackend"]
+__all__ = ["THREADS_FOR_THREAD_SAFE", "InlineBackend"]
 
-_THREADS_FOR_THREAD_SAFE = 8
+THREADS_FOR_THREAD_SAFE = 8
+"""Fetch threads a ``thread_safe`` sync dataset is read by at most."""
 
 
 class InlineBackend:
@@ -67,7 +68,7 @@ class InlineBackend:
         self._pool = ItemPool(concurrency)
         self._loop = asyncio.get_running_loop()
         self._thread_count = (
-            min(concurrency, _THREADS_FOR_THREAD_SAFE)
+            min(concurrency, THREADS_FOR_THREAD_SAFE)
             if protocol.thread_safe and not protocol.iterable
             else 1
         )

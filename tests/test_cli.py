@@ -20,6 +20,8 @@ pytest.importorskip("aiohttp")
 from aioload.cli import EXIT_CODES, main
 from aioload.sources import ObjectServer, ShardWriter
 
+pytestmark = pytest.mark.slow
+
 QUICK_DEMO = ["--samples", "256", "--samples-per-shard", "16", "--latency-ms", "5", "--quiet"]
 
 

@@ -516,6 +516,7 @@ def test_tensors_are_stacked_by_torch_once_torch_is_imported(monkeypatch: Any) -
     assert_array(out[1], [5, 6], np.int64)
 
 
+@pytest.mark.slow
 def test_torch_tensors_with_real_torch() -> None:
     torch = pytest.importorskip("torch")
     out = default_collate(

@@ -22,6 +22,8 @@ import pytest
 import aioload
 from aioload import DataLoader
 
+pytestmark = pytest.mark.slow
+
 distributed = pytest.importorskip("distributed")
 
 # -- datasets ------------------------------------------------------------------

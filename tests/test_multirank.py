@@ -18,6 +18,8 @@ import pytest
 
 import aioload
 
+pytestmark = pytest.mark.slow
+
 ITEMS = 51  # as in rank_job.py
 WORLD = 2
 JOB = Path(__file__).with_name("rank_job.py")

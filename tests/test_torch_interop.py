@@ -17,6 +17,8 @@ import aioload.pinning
 from aioload import ArrayDataset, DataLoader
 from aioload.interop import to_torch, torch_collate, torch_convert
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def torch() -> Any:

@@ -282,6 +282,7 @@ def test_out_of_order_yields_batches_as_they_complete() -> None:
     assert flat(ordered) == list(range(40))
 
 
+@pytest.mark.slow
 def test_spawn_and_fork_and_context_objects_work() -> None:
     for context in ("spawn", "fork", multiprocessing.get_context("forkserver")):
         loader = DataLoader(

@@ -10,7 +10,7 @@
   compute.
 
 Both tell the epoch the sequence number of every batch the caller takes out
-(:class:`~aioload.checkpoint.Received`): what a checkpoint describes. Both count
+(:class:`~aioload.received.Received`): what a checkpoint describes. Both count
 what the caller received and how long it waited for a batch that was not
 ready (the epoch's :class:`~aioload.stats.EpochRecorder`): the clock is read
 only when the caller has to wait.

@@ -24,7 +24,7 @@ retries are added to the stats. A batch whose every item was dropped
 completes with nothing to deliver, like a request past the end of a stream.
 
 What was received (checkpoints): the consumer's iterator tells the epoch's
-:class:`~aioload.checkpoint.Received` the sequence number of every batch it takes out. What the
+:class:`~aioload.received.Received` the sequence number of every batch it takes out. What the
 consumer *received* is what a checkpoint describes, not what the sampler
 handed out (the producer runs up to a window ahead). A resumed epoch starts
 numbering at the checkpoint's prefix, and with ``in_order=False`` does not
@@ -60,11 +60,11 @@ import anyio
 import anyio.abc
 
 from aioload.backends.base import Backend, BackendFactory, Outcome
-from aioload.checkpoint import Received
 from aioload.errors import LoaderTimeoutError
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pin_stage import PinThread
 from aioload.policy import SkipLog
+from aioload.received import Received
 from aioload.stats import EpochRecorder, Gauges, batch_nbytes
 
 __all__ = ["Epoch", "LoaderTimeoutError", "Window"]

@@ -26,7 +26,6 @@ import pytest
 
 import aioload
 from aioload import DataLoader, RetryPolicy, WorkerError
-from aioload.backends.pool import warm_forkserver
 
 
 class Items(aioload.Dataset):
@@ -93,14 +92,6 @@ class Backend:
 @pytest.fixture(scope="module")
 def thread_pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
     with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="contract") as pool:
-        yield pool
-
-
-@pytest.fixture(scope="module")
-def process_pool() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
-    context = multiprocessing.get_context("forkserver")
-    warm_forkserver(context)
-    with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
         yield pool
 
 

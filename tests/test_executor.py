@@ -125,14 +125,11 @@ def threads() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
         yield executor
 
 
-@pytest.fixture(scope="module")
-def processes() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
-    # The fork server aioload starts for its own workers (with its modules preloaded), so
-    # the pool's processes start in milliseconds; the pool is the test's, not aioload's.
-    context = multiprocessing.get_context("forkserver")
-    warm_forkserver(context)
-    with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as executor:
-        yield executor
+@pytest.fixture
+def processes(
+    process_pool: concurrent.futures.ProcessPoolExecutor,
+) -> concurrent.futures.ProcessPoolExecutor:
+    return process_pool
 
 
 @pytest.fixture(params=["threads", "processes"])

@@ -46,6 +46,8 @@ DEFAULT_MAX_WORKER_RESTARTS = 3
 DEFAULT_WINDOW_BYTES = 256 << 20
 """The memory the default window on the loop holds at most, once batches are measured."""
 
+_LEAST_DEFAULT_WINDOW = 16
+
 
 @dataclass(frozen=True)
 class LoaderArguments:
@@ -240,9 +242,10 @@ def window_size(
     Only the default window on the loop (``num_workers=0``, no ``prefetch_factor``) is
     sized by what it serves: twice the batches that keep ``concurrency`` items in
     flight where items can be in flight together (an async dataset; a sync one that
-    is ``thread_safe``, up to its threads), else 4 — a stream or a sync dataset reads
-    one batch after another. It is then held to :data:`DEFAULT_WINDOW_BYTES` of
-    batches once their size is measured.
+    is ``thread_safe``, up to its threads), and at least 16: a stream or a sync
+    dataset reads one batch after another, but a deeper window lets the loop run
+    ahead of the consumer and hand batches over in runs. It is then held to
+    :data:`DEFAULT_WINDOW_BYTES` of batches once their size is measured.
     """
     if executor is not None:
         return (prefetch_factor or 2) * (executor_size(executor) or 1), None
@@ -261,7 +264,7 @@ def window_size(
     batch = batch_size or getattr(batch_sampler, "batch_size", None)
     if not isinstance(batch, int) or batch < 1:
         batch = 32 if batch_sampler is not None else 1
-    return max(4, 2 * math.ceil(in_flight / batch)), DEFAULT_WINDOW_BYTES
+    return max(_LEAST_DEFAULT_WINDOW, 2 * math.ceil(in_flight / batch)), DEFAULT_WINDOW_BYTES
 
 
 def warn_excessive_workers(num_workers: int, *, stacklevel: int) -> None:

@@ -117,9 +117,9 @@ class DataLoader(Generic[T_co]):
             ``num_workers=0``, where it sizes the window of batches in flight
             on the event loop. The default there is sized by what the window
             serves — twice the batches that keep ``concurrency`` items in
-            flight, ``max(4, 2 * ceil(concurrency / batch_size))``, for an
+            flight, ``max(16, 2 * ceil(concurrency / batch_size))``, for an
             async dataset (for a ``thread_safe`` sync one, its 8 threads' worth;
-            else 4: a stream or a sync dataset reads one batch at a time) —
+            else 16: a stream or a sync dataset reads one batch at a time) —
             and held to 256 MiB of batches
             (:data:`~aioload.arguments.DEFAULT_WINDOW_BYTES`): the epoch starts
             with 4 batches in flight and sizes the window as it measures them.

@@ -7,17 +7,18 @@ share one type. See :mod:`aioload.backends.base` for the contract.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aioload.policy import SkippedItem
 
 __all__ = ["Outcome"]
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What reading one batch came to.
+class Outcome(NamedTuple):
+    """What reading one batch came to (immutable).
+
+    A named tuple rather than a frozen dataclass: one is made for every batch, and
+    a tuple is the cheapest immutable record Python builds.
 
     Attributes:
         seq: the batch's sequence number.

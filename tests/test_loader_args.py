@@ -482,7 +482,7 @@ def test_default_window_keeps_concurrency_items_of_an_async_dataset_in_flight(
     batch_size: int, concurrency: int | None
 ) -> None:
     loader = DataLoader(AsyncItems(10), batch_size=batch_size, concurrency=concurrency)
-    expected = max(4, 2 * math.ceil((concurrency or DEFAULT_CONCURRENCY) / batch_size))
+    expected = max(16, 2 * math.ceil((concurrency or DEFAULT_CONCURRENCY) / batch_size))
     assert loader.window == expected
 
 
@@ -497,13 +497,13 @@ def test_default_window_uses_the_batch_samplers_batch_size() -> None:
 
 def test_default_window_where_concurrency_does_not_apply() -> None:
     # A stream and a sync dataset read one batch after another: 128 batches in flight at
-    # batch size 4 would only hold memory.
-    assert DataLoader(Stream(10), batch_size=4).window == 4
-    assert DataLoader(Items(10), batch_size=4).window == 4
-    assert DataLoader(Items(10), batch_size=None).window == 4
+    # batch size 4 would only hold memory; 16 let the loop run ahead of the consumer.
+    assert DataLoader(Stream(10), batch_size=4).window == 16
+    assert DataLoader(Items(10), batch_size=4).window == 16
+    assert DataLoader(Items(10), batch_size=None).window == 16
     # A thread-safe sync dataset is read by up to 8 threads.
     assert DataLoader(ThreadSafeItems(10), batch_size=1).window == 16
-    assert DataLoader(ThreadSafeItems(10), batch_size=4).window == 4
+    assert DataLoader(AsyncItems(10), batch_size=4).window == 128
 
 
 # len()

@@ -271,4 +271,7 @@ class BatchReader:
 
 def _sequence(keys: Any) -> Sequence[Any]:
     """A batch sampler's element as the sequence of keys it is (any iterable of keys)."""
-    return keys if isinstance(keys, Sequence) else list(keys)
+    kind = type(keys)
+    if kind is list or kind is tuple or isinstance(keys, Sequence):  # the ABC check is slower
+        return keys  # type: ignore[no-any-return]
+    return list(keys)

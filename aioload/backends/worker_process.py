@@ -34,7 +34,7 @@ import random
 import signal
 import socket
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -290,7 +290,7 @@ class _Worker:
                 send_result(self._results, Result.END, epoch, seq, None)
                 return
             if in_arena is not None:
-                outcome = replace(outcome, batch=in_arena.batch)
+                outcome = outcome._replace(batch=in_arena.batch)
             try:
                 written = self._writer.write(
                     outcome_to_wire(outcome), None if in_arena is None else in_arena.arena
@@ -300,7 +300,7 @@ class _Worker:
                     raise
                 in_arena.arena.release()
                 pickling_error.add_note("raised while sending the batch to the loader")
-                failed = replace(outcome, batch=None, error=pickling_error)
+                failed = outcome._replace(batch=None, error=pickling_error)
                 written = self._writer.write(outcome_to_wire(failed))
             send_result(self._results, Result.OUTCOME, epoch, seq, written)
         except OSError:

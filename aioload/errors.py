@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "ItemTimeoutError",
     "LoaderTimeoutError",
+    "TarFormatError",
     "TooManySkippedError",
     "WorkerCrashedError",
     "WorkerError",
@@ -50,6 +51,14 @@ class TooManySkippedError(RuntimeError):
 
 def _rebuild_too_many(message: str, skipped: tuple[Any, ...], limit: int) -> Any:
     return TooManySkippedError(message, skipped=skipped, limit=limit)
+
+
+class TarFormatError(ValueError):
+    """A shard is not a well-formed tar archive (or ends in the middle of a member).
+
+    Its message names the shard and the byte offset of the header at fault
+    (raised by :mod:`aioload.sources`, which re-exports it).
+    """
 
 
 class WorkerCrashedError(RuntimeError):

@@ -31,10 +31,10 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         "aioload.sources needs obstore, the async object-store client: pip install 'aioload[s3]'"
     ) from error
 
+from aioload.errors import TarFormatError
 from aioload.sources.objects import ObjectDataset, ObjectListing
 from aioload.sources.shards import ShardDataset, default_decode, expand_urls
 from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
-from aioload.sources.tar import TarFormatError
 from aioload.sources.writer import ShardWriter
 
 if TYPE_CHECKING:

@@ -23,13 +23,11 @@ import tarfile
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from aioload.errors import TarFormatError
+
 __all__ = ["TarFormatError", "group_samples", "iter_tar", "split_name"]
 
 BLOCK = 512
-
-
-class TarFormatError(ValueError):
-    """A shard is not a well-formed tar archive (or ends in the middle of a member)."""
 
 
 class _ChunkReader:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from aioload.received import Received
-from aioload.samplers import BatchSampler, _check_generator_state, _plain, _Resumable, _stateful
+from aioload.sampler_state import _check_generator_state, _plain, _Resumable, _stateful
+from aioload.samplers import BatchSampler
 
 __all__ = [
     "STATE_VERSION",

@@ -9,6 +9,9 @@ dataset speaks.
 As in torch, subclassing is optional: any object with ``__getitem__`` is a
 map-style dataset, and any object with ``__iter__`` or ``__aiter__`` but no
 ``__getitem__`` is an iterable one.
+
+This module holds the map-style datasets; the iterable-style ones (:class:`IterableDataset`,
+:class:`ChainDataset`) are in :mod:`aioload.iterable_datasets` and importable from here.
 """
 
 from __future__ import annotations
@@ -17,11 +20,18 @@ import bisect
 import inspect
 import math
 import warnings
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
+from aioload.iterable_datasets import (
+    ChainDataset,
+    IterableDataset,
+    _has_len,
+    _is_iterable_dataset,
+    _len,
+)
 from aioload.samplers import _as_generator
 
 __all__ = [
@@ -88,46 +98,6 @@ class Dataset(Generic[T_co]):
 
     def __add__(self, other: Dataset[T_co]) -> ConcatDataset[T_co]:
         return ConcatDataset([self, other])
-
-
-class IterableDataset(Generic[T_co]):
-    """An abstract iterable-style dataset: a stream of samples.
-
-    Subclasses define ``__iter__`` or ``__aiter__`` (an async generator, for
-    streams that await I/O). With worker processes every worker iterates its
-    own copy; use :func:`aioload.get_worker_info` inside ``__iter__`` to give
-    each worker its own share, as with torch.
-
-    ``a + b`` chains two iterable datasets into a :class:`ChainDataset`.
-
-    Example::
-
-        >>> class Count(IterableDataset[int]):
-        ...     def __init__(self, n): self.n = n
-        ...     def __iter__(self): return iter(range(self.n))
-        >>> list(Count(2) + Count(3))
-        [0, 1, 0, 1, 2]
-    """
-
-    def __add__(self, other: Any) -> ChainDataset:
-        return ChainDataset([self, other])
-
-
-def _is_iterable_dataset(dataset: Any) -> bool:
-    if isinstance(dataset, IterableDataset):
-        return True
-    kind = type(dataset)
-    return not hasattr(kind, "__getitem__") and (
-        hasattr(kind, "__iter__") or hasattr(kind, "__aiter__")
-    )
-
-
-def _has_len(obj: Any) -> bool:
-    return hasattr(type(obj), "__len__")
-
-
-def _len(obj: Any) -> int:
-    return len(obj)
 
 
 def _as_rows(array: Any) -> int:
@@ -410,54 +380,6 @@ class ConcatDataset(Dataset[T_co]):
             raise IndexError(f"index {idx} is out of range for a dataset of length {len(self)}")
         start = self.cumulative_sizes[member - 1] if member > 0 else 0
         return member, idx - start
-
-
-class ChainDataset(IterableDataset[Any]):
-    """Chains iterable datasets, sync or async, one after the other.
-
-    Iterating synchronously needs every member to be sync; ``async for`` works
-    with any mix (sync members are iterated inline, which is right for cheap
-    in-memory streams; put slow sync I/O behind ``__aiter__``).
-
-    Example::
-
-        >>> list(ChainDataset([range(2), range(3)]))
-        [0, 1, 0, 1, 2]
-    """
-
-    def __init__(self, datasets: Iterable[Any]) -> None:
-        self.datasets = list(datasets)
-        for member in self.datasets:
-            if not (_is_iterable_dataset(member) or hasattr(type(member), "__iter__")):
-                raise TypeError(
-                    f"ChainDataset only supports iterable datasets; got {type(member).__name__}"
-                )
-
-    def __iter__(self) -> Iterator[Any]:
-        for member in self.datasets:
-            if not hasattr(type(member), "__iter__"):
-                raise TypeError(
-                    f"{type(member).__name__} is async-only (it has __aiter__ but no __iter__); "
-                    "iterate the ChainDataset with `async for`"
-                )
-            yield from member
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        for member in self.datasets:
-            if hasattr(type(member), "__aiter__"):
-                async for sample in member:
-                    yield sample
-            else:
-                for sample in member:
-                    yield sample
-
-    def __len__(self) -> int:
-        total = 0
-        for member in self.datasets:
-            if not _has_len(member):
-                raise TypeError(f"{type(member).__name__} has no __len__")
-            total += _len(member)
-        return total
 
 
 class Subset(Dataset[T_co]):

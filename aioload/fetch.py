@@ -29,13 +29,9 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aioload.datasets import (
-    ChainDataset,
-    Subset,
-    _getitem_is_async,
-    _is_iterable_dataset,
-)
+from aioload.datasets import ChainDataset, Subset, _getitem_is_async
 from aioload.eager import Done, ItemPool
+from aioload.iterable_datasets import _is_iterable_dataset
 from aioload.policy import FaultPolicy, ItemTimeoutError, SkippedItem
 
 __all__ = ["DatasetProtocol", "Fetcher", "GuardedFetcher", "Skip", "inspect_dataset"]

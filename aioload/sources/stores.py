@@ -21,16 +21,18 @@ type a user catches (``FileNotFoundError``, ``PermissionError``,
 naming the full URL of the object, and keeps obstore's error as the cause.
 Every URL in a message passes through :func:`~aioload.urls.redact_url`
 first: a password in a URL's userinfo is shown as ``***``.
+
+This module parses the URL and the options and builds the store; the credential guard is in
+:mod:`aioload.sources.credentials` and the translation of errors in
+:mod:`aioload.sources.store_errors`, whose public functions are importable from here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
 import obstore
@@ -45,6 +47,24 @@ from obstore.store import (
     S3Store,
 )
 
+from aioload.sources.credentials import (
+    _AZURE_CREDENTIAL_ENV,
+    _AZURE_CREDENTIALS,
+    _ENVIRONMENT_PREFIXES,
+    _GCS_CREDENTIAL_ENV,
+    _GCS_CREDENTIALS,
+    _S3_CREDENTIAL_ENV,
+    _S3_CREDENTIALS,
+    _check_credentials,
+    _environment,
+)
+from aioload.sources.store_errors import (
+    _redacted,
+    _summary,
+    is_transient,
+    raise_translated,
+    translate,
+)
 from aioload.urls import redact_url
 
 __all__ = [
@@ -79,52 +99,6 @@ _S3_SCHEMES = ("s3", "s3a")
 _AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
 _SCHEMES = (*_S3_SCHEMES, "gs", *_AZURE_SCHEMES, "http", "https", "file", "memory")
 
-# Options that say where a store's credentials come from, per kind of store; with none of
-# them (as an argument or in the environment) obstore would ask the instance metadata.
-_S3_CREDENTIALS = ("access_key_id", "skip_signature", "web_identity_token_file")
-_S3_CREDENTIAL_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SKIP_SIGNATURE",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-)
-_GCS_CREDENTIALS = (
-    "service_account",
-    "service_account_key",
-    "application_credentials",
-    "bearer_token",
-    "skip_signature",
-)
-_GCS_CREDENTIAL_ENV = (
-    "GOOGLE_SERVICE_ACCOUNT",
-    "GOOGLE_SERVICE_ACCOUNT_PATH",
-    "GOOGLE_SERVICE_ACCOUNT_KEY",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "GOOGLE_BEARER_TOKEN",
-    "GOOGLE_SKIP_SIGNATURE",
-)
-_AZURE_CREDENTIALS = (
-    "account_key",
-    "sas_key",
-    "token",
-    "client_secret",
-    "use_emulator",
-    "use_azure_cli",
-    "federated_token_file",
-    "skip_signature",
-)
-_AZURE_CREDENTIAL_ENV = (
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_ACCESS_KEY",
-    "AZURE_STORAGE_SAS_KEY",
-    "AZURE_STORAGE_TOKEN",
-    "AZURE_CLIENT_SECRET",
-    "AZURE_STORAGE_USE_EMULATOR",
-    "AZURE_USE_AZURE_CLI",
-    "AZURE_FEDERATED_TOKEN_FILE",
-    "AZURE_SKIP_SIGNATURE",
-)
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 _TRUE = ("1", "true", "yes", "on")
 
@@ -264,29 +238,6 @@ def _first_env(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _check_credentials(
-    url: str,
-    options: Mapping[str, Any],
-    provider: Any,
-    metadata: bool,
-    keys: tuple[str, ...],
-    env: tuple[str, ...],
-) -> None:
-    if metadata or provider is not None:
-        return
-    if any(options.get(key) for key in keys) or any(os.environ.get(name) for name in env):
-        return
-    if "config" in options and any(options["config"].get(key) for key in keys):
-        return
-    raise ValueError(
-        f"{url}: no credentials. Pass them as options ({', '.join(keys[:2])}, ...) or in "
-        f"the environment ({', '.join(env[:2])}, ...); skip_signature=True for public data; "
-        "a credential_provider; or metadata_credentials=True to fetch them from the cloud's "
-        "instance-metadata service (on a cloud VM). Without any of these the store would "
-        "query that service at a link-local address on its first request."
-    )
-
-
 def join_key(prefix: str, key: str) -> str:
     """``key`` under the directory ``prefix`` (``prefix`` may end with ``/`` or not).
 
@@ -401,33 +352,6 @@ class StoreLocation:
         return state
 
 
-_ENVIRONMENT_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
-
-
-@contextlib.contextmanager
-def _environment(saved: Mapping[str, str]) -> Iterator[None]:
-    """The store variables of ``os.environ`` as ``saved`` has them, while a store is built.
-
-    obstore reads them once, when a store is built; they are put back right after.
-    """
-    before = {
-        name: value for name, value in os.environ.items() if name.startswith(_ENVIRONMENT_PREFIXES)
-    }
-    if before == saved:
-        yield
-        return
-    for name in before:
-        if name not in saved:
-            del os.environ[name]
-    os.environ.update(saved)
-    try:
-        yield
-    finally:
-        for name in saved:
-            os.environ.pop(name, None)
-        os.environ.update(before)
-
-
 def _check_store(store: Any) -> None:
     kinds = (S3Store, GCSStore, AzureStore, HTTPStore, LocalStore, MemoryStore)
     if not isinstance(store, kinds):
@@ -435,104 +359,3 @@ def _check_store(store: Any) -> None:
             "expected a URL (such as 's3://bucket/prefix') or an obstore store "
             f"({', '.join(k.__name__ for k in kinds)}); got {type(store).__name__}"
         )
-
-
-# -- errors ------------------------------------------------------------------------------
-
-_STATUS = re.compile(r"status code: (\d{3})")
-_TIMEOUT = re.compile(r"timed out|TimedOut|deadline has elapsed", re.IGNORECASE)
-_CONNECT = re.compile(
-    r"error sending request|connect|connection (reset|closed|refused)|broken pipe",
-    re.IGNORECASE,
-)
-
-
-def _redacted(error: BaseException) -> BaseException:
-    """``error`` with the URL passwords in its message hidden, for the traceback of its chain.
-
-    obstore's messages (and their debug dump) name URLs as given, so that a
-    traceback showing obstore's error as the cause would show the password.
-    """
-    error.args = tuple(redact_url(a) if isinstance(a, str) else a for a in error.args)
-    return error
-
-
-def _summary(error: BaseException) -> str:
-    """obstore's message without its debug dump and the XML body of the server's answer."""
-    text = str(error).split("\n\nDebug source:", 1)[0]
-    text = text.split(": <?xml", 1)[0]
-    text = redact_url(" ".join(text.split()))  # obstore names the endpoint's URL as given
-    return text if len(text) <= 400 else text[:397] + "..."
-
-
-def translate(error: BaseException, where: str) -> BaseException:
-    """The exception to raise for obstore's ``error`` while reading ``where`` (a full URL).
-
-    The type is the built-in one a caller expects, the message starts with the
-    object's URL, and the attributes ``url`` and ``status`` (the HTTP status, or
-    None) are set; the message and ``url`` show a password in the URL's
-    userinfo as ``***``, and so does ``error`` from then on (it is the cause
-    that tracebacks show):
-
-    - missing object or bucket (404): ``FileNotFoundError``
-    - denied or unauthenticated (401, 403): ``PermissionError``
-    - a byte range outside the object (416), an invalid path: ``ValueError``
-    - a timeout, after obstore's retries: ``TimeoutError``
-    - a server error (5xx, 429) or a refused, reset or failed connection,
-      after obstore's retries: ``ConnectionError``
-    - anything else: ``OSError``
-
-    Non-obstore errors are returned unchanged.
-    """
-    if not isinstance(error, obstore.exceptions.BaseError | FileNotFoundError):
-        return error
-    _redacted(error)  # it stays the cause of the translated error
-    where = redact_url(where)
-    summary = _summary(error)
-    match = _STATUS.search(summary)
-    status = int(match.group(1)) if match else None
-    kind: type[Exception]
-    if isinstance(error, FileNotFoundError) or status == 404:
-        kind, what = FileNotFoundError, "no such object"
-    elif isinstance(
-        error,
-        obstore.exceptions.PermissionDeniedError | obstore.exceptions.UnauthenticatedError,
-    ) or status in (401, 403):
-        kind, what = PermissionError, "access denied"
-    elif status == 416:
-        kind, what = ValueError, "byte range outside the object"
-    elif isinstance(error, obstore.exceptions.InvalidPathError):
-        kind, what = ValueError, "invalid path"
-    elif status is not None and (status >= 500 or status == 429):
-        kind, what = ConnectionError, f"server error (HTTP {status})"
-    elif _TIMEOUT.search(str(error)):  # obstore says so only in its debug dump
-        kind, what = TimeoutError, "timed out"
-    elif status is None and _CONNECT.search(summary):
-        kind, what = ConnectionError, "cannot reach the server"
-    else:
-        kind, what = OSError, "request failed"
-    translated: Any = kind(f"{where}: {what}: {summary}")
-    translated.url = where
-    translated.status = status
-    return translated  # type: ignore[no-any-return]
-
-
-def raise_translated(error: BaseException, where: str) -> NoReturn:
-    """Raises :func:`translate`'s exception for ``error``, chained to it (or ``error`` itself)."""
-    translated = translate(error, where)
-    if translated is error:
-        raise error
-    raise translated from error
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether a read that failed with ``error`` is worth another attempt.
-
-    True for timeouts, connection errors and server errors (5xx, 429 — obstore
-    already retried them); False for a missing object, a denied request, a bad
-    range and other 4xx answers. Use it as the loader's retry predicate for a
-    second line of retries above obstore's::
-
-        DataLoader(dataset, retry=RetryPolicy(attempts=3, retry_on=is_transient))
-    """
-    return isinstance(error, ConnectionError | TimeoutError)

@@ -1,0 +1,107 @@
+"""Errors that say where a batch could not be collated: the field and the entry.
+
+An error raised while collating carries the path of its field (``['image'][0]``, ``.name``),
+filled in as it propagates out of the nested collate calls (:func:`_in_field`), and the
+index of the offending sample in the batch. :class:`CollateTypeError` is the error for an
+entry whose type does not go with the field's other entries (``None`` among arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = ["CollateTypeError", "default_collate_err_msg_format"]
+
+_E = TypeVar("_E", bound=BaseException)
+
+default_collate_err_msg_format = (
+    "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
+)
+
+
+class CollateTypeError(TypeError, RuntimeError):
+    """An entry of a batch whose type cannot be collated with the field's other entries.
+
+    For example ``None`` among arrays. The message names the type, the entry (the sample's
+    index in the batch) and the field (its path in the sample, e.g. ``['image']``). It is a
+    ``TypeError``, as torch raises for a tensor followed by ``None``, and a ``RuntimeError``,
+    as torch raises for a numpy array or an int followed by ``None``: either ``except`` that
+    works with torch catches it.
+
+    Example::
+
+        >>> from aioload import default_collate
+        >>> try:
+        ...     default_collate([{"image": np.zeros(3)}, {"image": None}])
+        ... except RuntimeError as error:  # or TypeError
+        ...     print(str(error).split("; ")[1])
+        found <class 'NoneType'> in field ['image'] at entry 1
+    """
+
+
+# The errors raised here carry, under this attribute, the path of the field they concern (filled
+# in as they propagate out of the nested collate calls) and their message with a "{field}" slot.
+_WHERE = "_aioload_collate_where"
+_FIELD_SLOT = "{field}"
+
+
+def _located(kind: type[_E], template: str) -> _E:
+    """An error of ``kind`` whose message is ``template`` with its field slot filled in."""
+    error = kind(template.replace(_FIELD_SLOT, ""))
+    setattr(error, _WHERE, ([], template))
+    return error
+
+
+def _in_field(error: BaseException, segment: str) -> bool:
+    """Prepends ``segment`` (``['key']``, ``[0]``, ``.name``) to a located error's field path.
+
+    Returns whether ``error`` was raised here (other errors are left alone).
+    """
+    where = getattr(error, _WHERE, None)
+    if where is None:
+        return False
+    path, template = where
+    path.insert(0, segment)
+    error.args = (template.replace(_FIELD_SLOT, " in field " + "".join(path)),)
+    return True
+
+
+def _unsupported(type_: Any, entry: int, kind: type[TypeError] = TypeError) -> TypeError:
+    return _located(
+        kind, default_collate_err_msg_format.format(type_) + f"{{field}} at entry {entry}"
+    )
+
+
+def _int64_overflow(batch: Sequence[Any]) -> OverflowError:
+    info = np.iinfo(np.int64)
+    entry = next((i for i, x in enumerate(batch) if not info.min <= x <= info.max), 0)
+    return _located(
+        OverflowError,
+        f"collate: Python int too large to fit in an int64 array{_FIELD_SLOT} at entry {entry}",
+    )
+
+
+def _ragged_error(batch: Sequence[Any]) -> RuntimeError | None:
+    first = np.shape(batch[0])
+    for i, x in enumerate(batch):
+        try:
+            shape = np.shape(x)
+        except ValueError:  # x is itself a ragged nested list
+            shape = None
+        if shape != first:
+            return _located(
+                RuntimeError,
+                f"default_collate: stack expects each array{_FIELD_SLOT} to be equal size, "
+                f"but got shape {first} at entry 0 and shape {shape} at entry {i}",
+            )
+    return None
+
+
+def _raise_if_not_all(batch: Sequence[Any], kind: type, error: BaseException) -> None:
+    """Raises a located error, caused by ``error``, for the first entry not a ``kind``."""
+    for i, x in enumerate(batch):
+        if not isinstance(x, kind) or isinstance(x, str | bytes):
+            raise _unsupported(type(x), i, CollateTypeError) from error

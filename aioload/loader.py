@@ -32,6 +32,7 @@ from aioload.checkpoint import Checkpoints
 from aioload.collate import default_collate, default_convert
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
+from aioload.notebook import check_workers_can_import, is_ipython_loop
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
 from aioload.scheduler import Epoch
 from aioload.stats import LoaderStats, StatsRecorder
@@ -421,20 +422,37 @@ class DataLoader(Generic[T_co]):
 
     def __iter__(self) -> SyncBatchIterator:
         try:
-            asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
-            raise RuntimeError(
-                "a DataLoader cannot be iterated with a plain `for` inside a running event "
-                "loop (it would block the loop); use `async for batch in loader` instead"
-            )
+            # A notebook cell runs on the kernel's running loop: blocking it for the
+            # cell is what the user asks for there (see aioload.notebook).
+            if not is_ipython_loop(loop):
+                raise RuntimeError(
+                    "a DataLoader cannot be iterated with a plain `for` inside a running event "
+                    "loop (it would block the loop); use `async for batch in loader` instead "
+                    "(IPython and Jupyter cells are exempt: there `for` blocks the cell)"
+                )
+        self._check_interactive_definitions()
         warn_excessive_workers(self.num_workers, stacklevel=2)
         return SyncBatchIterator(self._new_epoch, self.timeout)
 
     def __aiter__(self) -> AsyncBatchIterator:
+        self._check_interactive_definitions()
         warn_excessive_workers(self.num_workers, stacklevel=2)
         return AsyncBatchIterator(self._new_epoch, self.timeout)
+
+    def _check_interactive_definitions(self) -> None:
+        """Refuses, before a worker starts, a dataset (…) defined in a notebook cell."""
+        if self.num_workers > 0 and self.executor is None:
+            objects = {
+                "dataset": self.dataset,
+                "collate_fn": self.collate_fn,
+                "worker_init_fn": self.worker_init_fn,
+                "policy": self._policy,
+            }
+            check_workers_can_import(objects, self.multiprocessing_context)
 
     def _new_epoch(
         self,

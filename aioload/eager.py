@@ -40,6 +40,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from aioload.groups import reported
+
 __all__ = ["ItemPool"]
 
 Done = Callable[[list[Any] | None, BaseException | None], None]
@@ -163,8 +165,8 @@ class ItemPool:
 
     def _ended(self, runner: asyncio.Task[None]) -> None:
         self._runners.discard(runner)
-        # A runner that died (cancelled, or done() or an item raised past
-        # ``except Exception``) gave its slot back without starting the next item.
+        # A runner that died (cancelled, done() raised, or a cancellation raised
+        # in an item) gave its slot back without starting the next item.
         if self._free and not self._calling and self._queued():
             self._call()
 
@@ -221,7 +223,10 @@ class ItemPool:
                 self._free += 1
                 group.finish(index, stop.value)
                 continue
-            except Exception as error:
+            except BaseException as error:
+                # SystemExit from an item too: escaping this task, it would stop the loop.
+                if not reported(error):
+                    raise
                 self._free += 1
                 group.fail(error)
                 continue
@@ -231,7 +236,9 @@ class ItemPool:
                 self._call()
             try:
                 value = await _resume(step, yielded)
-            except Exception as error:
+            except BaseException as error:
+                if not reported(error):
+                    raise  # the pool is closing
                 group.fail(error)
             else:
                 group.finish(index, value)

@@ -41,10 +41,12 @@ dataset's batches are all walked: their length is their item count.
 :meth:`Epoch.gauges` reads what is in flight when someone asks.
 
 Lifecycle: the driver runs inside an anyio task group that owns every task the
-backend starts, and the pin thread when pinning. It returns after the end
-marker has been delivered; :meth:`Epoch.cancel` (the consumer's ``aclose()``,
-a ``break``, garbage collection) cancels everything it started, and its
-shielded ``finally`` stops the threads and processes before the driver is done.
+backend starts, and the pin thread when pinning; what fails the task group
+reaches the consumer as itself, not as an ``ExceptionGroup``. It returns after
+the end marker has been delivered; :meth:`Epoch.cancel` (the consumer's
+``aclose()``, a ``break``, garbage collection) cancels everything it started,
+and its shielded ``finally`` stops the threads and processes before the driver
+is done.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import anyio.abc
 
 from aioload.backends.base import Backend, BackendFactory, Outcome
 from aioload.errors import LoaderTimeoutError
+from aioload.groups import reported, ungroup
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pin_stage import PinThread
 from aioload.policy import SkipLog
@@ -276,9 +279,28 @@ class Epoch:
         self._scope.cancel()
 
     async def run(self) -> None:
-        """The driver: runs the epoch until its end marker has been delivered."""
-        with self._scope:
-            await self._run()
+        """The driver: runs the epoch until its end marker has been delivered.
+
+        What fails the epoch's task group (a backend that cannot be built, say)
+        goes to the consumer as itself, never as the task group's
+        ``ExceptionGroup``, followed by the end marker; the driver itself
+        returns normally, so not even a ``KeyboardInterrupt`` escapes through
+        the event loop past the consumer.
+        """
+        try:
+            with self._scope:
+                await self._run()
+        except BaseExceptionGroup as group:  # the task group's own (see _run)
+            error = ungroup(group)
+        else:
+            return
+        if self._finished:  # after the end marker: nobody would see it as a delivery
+            raise error
+        self._finished = self._failed = True
+        self.stop_requested = True
+        # Straight to the output: the pin thread has stopped with the task group.
+        self._output.put(Delivery(-1, error=error))
+        self._output.put(END)
 
     async def _run(self) -> None:
         pin_thread = None
@@ -306,7 +328,11 @@ class Epoch:
     async def _produce_all(self, backend: Backend) -> None:
         try:
             await self._produce(backend)
-        except Exception as error:
+        except BaseException as error:
+            # A sampler's SystemExit too: escaping this task, it would stop the event
+            # loop itself rather than reach the consumer.
+            if not reported(error):
+                raise
             error.add_note("raised while drawing keys from the sampler")
             self._producer_error = error
         self._produced = True

@@ -132,6 +132,10 @@ class ErrorReport:
     cannot be pickled; the type's name, the message, the notes and the
     formatted traceback always cross, so :meth:`rebuild` can stand a
     :class:`~aioload.WorkerError` in for an error that does not unpickle.
+    Any ``BaseException`` travels: a dataset's ``SystemExit`` or
+    ``KeyboardInterrupt`` is raised in the loader as itself, and one that
+    does not unpickle is rebuilt as its own type all the same (a
+    ``WorkerError`` in its place would turn an exit into an ordinary error).
     """
 
     error: bytes | None
@@ -165,13 +169,23 @@ class ErrorReport:
             except Exception:
                 error = None
         if not isinstance(error, BaseException):
-            error = WorkerError(f"{self.type_name}: {self.message}")
+            error = self._stand_in()
             for note in self.notes:
                 error.add_note(note)
         if where is not None:
             error.add_note(f"raised in {where}")
         error.add_note(f"worker traceback:\n{self.traceback.rstrip()}")
         return error
+
+    def _stand_in(self) -> BaseException:
+        """What is raised for an error that did not unpickle."""
+        if self.type_name == "builtins.KeyboardInterrupt":
+            return KeyboardInterrupt(self.message)
+        if self.type_name == "builtins.SystemExit":
+            # str(SystemExit(3)) is "3": an exit status stays a number.
+            message = self.message
+            return SystemExit(int(message) if message.lstrip("-").isdigit() else message)
+        return WorkerError(f"{self.type_name}: {self.message}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,9 @@ of a process pool, a dask worker — and does there what a worker process of
   as every other backend's, and the task returns its outcome's wire form
   (:func:`aioload.wire.outcome_to_wire`): the bare batch, or the batch with
   its skips and retries, or the error.
-- **Errors** keep their type; a note names the worker. One that cannot be
+- **Errors** keep their type (``SystemExit`` and ``KeyboardInterrupt``
+  too: they are returned like any other, not raised in the executor's
+  worker); a note names the worker. One that cannot be
   pickled (a process or dask worker sends it back pickled) is rebuilt in
   the loader as a :class:`~aioload.WorkerError` naming its type, with its
   traceback (:class:`~aioload.wire.ErrorReport`).
@@ -154,7 +156,7 @@ def run_batch(
     """
     try:
         state = _state(key, base_seed, setup, placement)
-    except Exception as error:
+    except BaseException as error:  # a worker_init_fn's SystemExit too: it is the batch's error
         outcome = Outcome(seq, error=error)
     else:
         set_thread_worker_info(state.info)
@@ -232,7 +234,7 @@ def _new_state(
                 loaded.worker_init_fn(worker_id)
             finally:
                 set_thread_worker_info(None)
-    except Exception as error:
+    except BaseException as error:
         error.add_note(f"raised while setting up executor worker {worker_id} ({where})")
         raise
     reader = BatchReader(loaded, inspect_dataset(loaded.dataset), worker=worker_id)

@@ -6,6 +6,25 @@ of each epoch uses it. The setup (dataset, ``collate_fn``, ``worker_init_fn``)
 is pickled once for all workers; a persistent pool serves one epoch at a time
 (:meth:`WorkerPool.claim` / :meth:`WorkerPool.release`). Every method that
 starts or stops processes blocks: the backend calls them in a thread.
+
+Workers end with the process that started them, on every way out:
+
+- a normal exit: an ``atexit`` handler and a ``multiprocessing.util.Finalize``
+  stop every pool first (:func:`_stop_every_pool`). The finalizer is what a
+  ``multiprocessing`` child runs: it leaves with ``os._exit`` after
+  multiprocessing's own exit function, which skips ``atexit`` but runs these
+  finalizers before it terminates and joins the child's daemon processes — a
+  join that would otherwise race an epoch still running in a daemon thread,
+  which saw its workers terminated and started new ones;
+- any other end (SIGKILL, ``os._exit``): each worker watches the process that
+  started it and ends with it (see :mod:`aioload.backends.worker_process`).
+
+A process forked from one that holds pools (``multiprocessing``'s ``fork``
+start method, ``os.fork``) inherits copies of them; they are not its own, and
+stopping one there only drops the copies, never the parent's workers. It does
+not inherit the parent's fork server either: multiprocessing would ask the
+child to ``waitpid`` a process that is not its child, so the child forgets it
+and starts its own.
 """
 
 from __future__ import annotations
@@ -15,6 +34,7 @@ import atexit
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.util  # before our atexit handler (see _stop_every_pool)
+import os
 import pickle
 import socket
 import sys
@@ -130,21 +150,58 @@ class _Handle:
 
 _live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 exiting = False  # the interpreter is exiting: dying workers are not restarted
+_finalizer_pid: int | None = None  # the process whose multiprocessing finalizer is registered
+_EXIT_PRIORITY = 20  # before multiprocessing.Pool's (15) and Queue's (10) finalizers
 
 
 @atexit.register
 def _stop_every_pool() -> None:
-    """Stops every worker before multiprocessing's own exit handler joins them.
+    """Stops every worker of this process before multiprocessing's exit handler joins them.
 
     An epoch may still run in a daemon thread at exit; without this, it would
     see its workers die under multiprocessing's exit handler and restart them.
     Registered after ``multiprocessing.util`` is imported, so it runs before
-    that module's handler (atexit runs handlers last-in, first-out).
+    that module's handler (atexit runs handlers last-in, first-out); in a
+    multiprocessing child, which skips atexit, the finalizer registered by
+    :func:`_stop_at_exit` runs it inside that handler, before its joins.
     """
     global exiting
     exiting = True
+    pid = os.getpid()
     for pool in list(_live_pools):
-        pool.shutdown()
+        if pool.pid == pid:  # a forked child's copies of its parent's pools are not its own
+            pool.shutdown()
+
+
+def _stop_at_exit() -> None:
+    """Registers :func:`_stop_every_pool` with multiprocessing's exit, once per process.
+
+    A forked child starts with an empty finalizer registry, hence the pid.
+    """
+    global _finalizer_pid
+    pid = os.getpid()
+    if _finalizer_pid != pid:
+        _finalizer_pid = pid
+        multiprocessing.util.Finalize(None, _stop_every_pool, exitpriority=_EXIT_PRIORITY)
+
+
+def _forget_inherited_forkserver() -> None:
+    """In a forked child: the parent's fork server is not ours (see the module docstring)."""
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is None:
+        return
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    server._forkserver_pid = None
+    server._forkserver_address = None
+    server._forkserver_alive_fd = None
+    if alive is not None:
+        try:
+            os.close(alive)  # our copy: the parent's server no longer waits for us
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_inherited_forkserver)
 
 
 class WorkerPool:
@@ -179,6 +236,8 @@ class WorkerPool:
         self._free = threading.Event()
         self._free.set()
         self._close_requested = False
+        self.pid = os.getpid()  # the process whose workers these are
+        _stop_at_exit()
         _live_pools.add(self)
 
     def replace(self, handle: _Handle) -> _Handle:
@@ -213,6 +272,7 @@ class WorkerPool:
                         setup,
                         handle.worker_commands,
                         handle.worker_results,
+                        self.pid,
                     ),
                     name=f"aioload-worker-{handle.id}",
                     daemon=True,
@@ -268,11 +328,19 @@ class WorkerPool:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stops every worker: asks, then terminates, then kills (blocking)."""
+        """Stops every worker: asks, then terminates, then kills (blocking).
+
+        In a process forked from the pool's own, only this process's copies
+        of the sockets and mappings go: the workers are the parent's.
+        """
         with self._lock:
             if self.closed:
                 return
             self.closed = True
+            if os.getpid() != self.pid:
+                for handle in self.workers:
+                    handle.close()
+                return
             for handle in self.workers:
                 self._ask_to_stop(handle)
             deadline = time.monotonic() + _STOP_GRACE

@@ -15,6 +15,13 @@ it. It
   everything: the batch or the error, the skipped items, the retries, the
   stream's state after the batch, "nothing to deliver", "the stream ended".
 
+Every error of a read is its batch's outcome, ``SystemExit`` and
+``KeyboardInterrupt`` raised by the dataset included (only cancellations
+propagate): the consumer gets it as itself, and a worker process or an
+executor's task lives on. A stream that cannot even be opened (its
+``__iter__`` or ``__aiter__`` raised) fails its first batch the same way and
+then has ended.
+
 One key or many: with automatic batching (a batch sampler) every element the
 sampler yields is a sequence of keys; without it every element is one key,
 whatever its type (a tuple or a list is one key then), as in torch.
@@ -33,6 +40,7 @@ from typing import Any
 from aioload.backends.base import Outcome
 from aioload.eager import ItemPool
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
+from aioload.groups import reported
 from aioload.policy import FaultPolicy
 
 __all__ = ["BatchReader", "WorkerSetup"]
@@ -117,11 +125,21 @@ class BatchReader:
             self._guard = GuardedFetcher(fetcher, policy, worker, on_retry=self._count_retry)
         self._sync_stream: Iterator[Any] | None = None
         self._async_stream: AsyncIterator[Any] | None = None
+        # Why the stream could not be opened: the first batch's error, then the end.
+        self._open_error: BaseException | None = None
+        self._open_failed = False
         if protocol.iterable:
-            if protocol.is_async:
-                self._async_stream = fetcher.stream()
-            else:
-                self._sync_stream = fetcher.stream_sync()
+            try:
+                if protocol.is_async:
+                    self._async_stream = fetcher.stream()
+                else:
+                    self._sync_stream = fetcher.stream_sync()
+            except BaseException as error:
+                # Raised here it would fail the epoch's (or the worker's) task group
+                # as a group; as the first batch's outcome it reaches the consumer as is.
+                method = "__aiter__" if protocol.is_async else "__iter__"
+                error.add_note(f"raised while opening the dataset's stream ({method})")
+                self._open_error, self._open_failed = error, True
 
     @property
     def guarded(self) -> bool:
@@ -153,7 +171,7 @@ class BatchReader:
                 results = [guard.fetch_one_sync(keys)]
             else:
                 results = guard.fetch_sync(_sequence(keys))
-        except Exception as error:
+        except BaseException as error:  # SystemExit too: a sync read is never cancelled
             return self._failed(seq, error)
         return self._kept(seq, results)
 
@@ -175,7 +193,7 @@ class BatchReader:
             else:
                 try:
                     batch = self._collate(samples)
-                except Exception as collate_error:
+                except BaseException as collate_error:
                     done(Outcome(seq, error=collate_error))
                 else:
                     done(Outcome(seq, batch))
@@ -186,7 +204,7 @@ class BatchReader:
                 reader.fetch_one(keys, pool, finished)
             else:
                 reader.fetch(_sequence(keys), pool, finished)
-        except Exception as error:  # __getitem__ itself raised before returning a coroutine
+        except BaseException as error:  # __getitem__ raised before returning a coroutine
             done(self._failed(seq, error))
 
     def _kept(self, seq: int, results: list[Any]) -> Outcome:
@@ -199,7 +217,7 @@ class BatchReader:
                 return Outcome(seq, skipped=skipped, retries=retries, empty=True)
         try:
             batch = self._collate(results[0] if self._single else results)
-        except Exception as error:
+        except BaseException as error:
             if skipped:
                 error.add_note(f"the batch's skipped items: {[item.key for item in skipped]!r}")
             return Outcome(seq, error=error, skipped=skipped, retries=retries)
@@ -225,7 +243,8 @@ class BatchReader:
     def next_sync(self, seq: int) -> Outcome:
         """Batch ``seq``: the next batch of a sync stream (``end`` once there is none)."""
         stream = self._sync_stream
-        assert stream is not None
+        if stream is None:
+            return self._not_opened(seq)
         try:
             if self._batch_size is None:
                 sample = next(stream, _END)
@@ -235,13 +254,14 @@ class BatchReader:
                 return Outcome(seq, self._collate(sample), stream_state=state)
             samples = list(itertools.islice(stream, self._batch_size))
             return self._stream_batch(seq, samples)
-        except Exception as error:
+        except BaseException as error:
             return Outcome(seq, error=error)
 
     async def next_async(self, seq: int) -> Outcome:
         """Batch ``seq`` of a stream on the running loop (call one at a time, in order)."""
         stream = self._async_stream
-        assert stream is not None
+        if stream is None:
+            return self._not_opened(seq)
         try:
             if self._batch_size is None:
                 sample = await anext(stream, _END)
@@ -255,8 +275,16 @@ class BatchReader:
                 if len(samples) == self._batch_size:
                     break
             return self._stream_batch(seq, samples)
-        except Exception as error:
+        except BaseException as error:
+            if not reported(error):
+                raise  # the epoch is being cancelled
             return Outcome(seq, error=error)
+
+    def _not_opened(self, seq: int) -> Outcome:
+        """A stream that could not be opened: its error once, then the end."""
+        assert self._open_failed, "next batch of a stream that was never opened"
+        error, self._open_error = self._open_error, None
+        return Outcome(seq, end=True) if error is None else Outcome(seq, error=error)
 
     def _stream_batch(self, seq: int, samples: list[Any]) -> Outcome:
         if not samples or (self._drop_last and len(samples) < (self._batch_size or 0)):

@@ -21,19 +21,37 @@ iterated afresh each epoch, batched here, with ``drop_last`` applied per
 worker, as in torch.
 
 A worker ignores Ctrl-C (SIGINT goes to the whole process group; the loader
-decides when its workers stop) and exits when told to or when the loader's
-end of the command socket closes.
+decides when its workers stop) and exits when told to, when the loader's end
+of the command socket closes, or when the loader's process ends, however it
+ends (SIGKILL, ``os._exit``): a thread watches the loader's process (a pidfd;
+a poll of its pid where there is none), because the socket is not enough —
+another process may hold the loader's end of it (a child the loader forked),
+and a worker busy in a long sync read does not look at it. The thread first
+asks the worker's loop to stop; a loop that does not within
+:data:`ORPHAN_GRACE` seconds is blocked in the dataset, and the worker exits
+at once: nobody is left to receive what it reads. (``PR_SET_PDEATHSIG`` would
+not do: it fires when the *thread* that started the worker ends, and workers
+are started from short-lived threads; under ``forkserver`` their parent is the
+fork server, not the loader.)
+
+A read's ``SystemExit`` or ``KeyboardInterrupt`` is the batch's error like any
+other (see :mod:`aioload.backends.reader`): the worker reports it and goes on
+serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 import pickle
 import random
+import select
 import signal
 import socket
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +67,7 @@ from aioload.backends.reader import BatchReader, WorkerSetup
 from aioload.collate import collate_into
 from aioload.eventloop import new_event_loop
 from aioload.fetch import inspect_dataset
+from aioload.groups import raise_ungrouped, reported
 from aioload.transport import Arena, SegmentWriter
 from aioload.wire import (
     FRAME_LENGTH,
@@ -61,7 +80,10 @@ from aioload.wire import (
 )
 from aioload.worker_info import WorkerInfo, set_process_worker_info
 
-__all__ = ["seed_generators", "worker_main"]
+__all__ = ["ORPHAN_GRACE", "seed_generators", "worker_main"]
+
+ORPHAN_GRACE = 1.0  # seconds a worker whose loader died gets to stop by itself
+_POLL_LOADER = 0.5  # seconds between looks at the loader's pid, where there is no pidfd
 
 
 def seed_generators(seed: int) -> None:
@@ -100,19 +122,82 @@ def keep_freed_memory() -> None:
     mallopt(_M_TRIM_THRESHOLD, 128 << 20)
 
 
+def _wait_for_exit(pid: int) -> None:
+    """Returns once process ``pid`` has ended (at once if it has already)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):  # no pidfd (not Linux, or before 5.3): poll
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            except PermissionError:
+                pass  # alive, and someone else's: only a pid reused by another user
+            time.sleep(_POLL_LOADER)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)  # readable once the process has ended
+        while not poller.poll():
+            pass
+    finally:
+        os.close(pidfd)
+
+
+class _LoaderWatch:
+    """Ends the worker when the loader's process ends (see the module docstring)."""
+
+    def __init__(self, loader_pid: int) -> None:
+        self._loader_pid = loader_pid
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: _Worker | None = None
+        self._gone = False
+        threading.Thread(target=self._watch, name="aioload-loader-watch", daemon=True).start()
+
+    def serving(self, loop: asyncio.AbstractEventLoop, worker: _Worker) -> None:
+        """The worker serves on ``loop`` now: stop it there when the loader goes."""
+        with self._lock:
+            self._loop, self._worker = loop, worker
+            gone = self._gone
+        if gone:
+            worker.abandon()
+
+    def _watch(self) -> None:
+        _wait_for_exit(self._loader_pid)
+        with self._lock:
+            self._gone = True
+            loop, worker = self._loop, self._worker
+        if loop is not None and worker is not None:
+            try:
+                loop.call_soon_threadsafe(worker.abandon)
+            except RuntimeError:  # the loop is closed: the worker is exiting anyway
+                pass
+        time.sleep(ORPHAN_GRACE)
+        # Still here: the loop is blocked in the dataset (or the worker was still
+        # starting). Nothing it does can reach anyone.
+        os._exit(1)
+
+
 def worker_main(
     worker_id: int,
     seed: int,
     setup: WorkerSetup | bytes,
     commands: socket.socket,
     results: socket.socket,
+    loader_pid: int | None = None,
 ) -> None:
     """The entry point of a worker process (the target of its ``Process``).
 
     ``setup`` arrives pickled once by the loader (bytes) when the start method
-    pickles, or as the object itself under ``fork``.
+    pickles, or as the object itself under ``fork``. ``loader_pid``: the
+    loader's process, which the worker does not outlive (None: not watched).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # First of all: a worker whose loader dies while it starts must not stay either.
+    watch = _LoaderWatch(loader_pid) if loader_pid is not None else None
     keep_freed_memory()
     results.setblocking(True)
     writer = SegmentWriter()
@@ -128,8 +213,9 @@ def worker_main(
         report = writer.write(ErrorReport.of(error))
         send_result(results, Result.START_FAILED, NO_EPOCH, -1, report)
         return
+    worker = _Worker(setup, worker_id, commands, results, writer)
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(_Worker(setup, worker_id, commands, results, writer).serve())
+        runner.run(worker.serve(watch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +263,14 @@ class _Worker:
         self._backend: InlineBackend | None = None
         self._loader_gone = False
 
-    async def serve(self) -> None:
+    async def serve(self, watch: _LoaderWatch | None = None) -> None:
         self._commands.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=self._commands)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                if watch is not None:
+                    watch.serving(asyncio.get_running_loop(), self)
                 while not self._loader_gone:
                     try:
                         header = await reader.readexactly(FRAME_LENGTH.size)
@@ -205,8 +293,9 @@ class _Worker:
                 resume = fields[3] if command == Command.NEXT else None
                 try:
                     await self._start_epoch(epoch, resume)
-                except Exception as error:  # the dataset refused its checkpointed state
-                    error.add_note("raised while loading this worker's dataset state")
+                except BaseException as error:  # the dataset refused its state, say
+                    if not reported(error):
+                        raise
                     self.send(epoch, Outcome(seq, error=error))
                     return True
             if self._backend is None:  # the epoch could not start (reported above)
@@ -227,9 +316,22 @@ class _Worker:
         self._end_epoch()
         self._epoch = epoch
         if resume is not None:
-            self._setup.dataset.load_state_dict(resume)
+            try:
+                self._setup.dataset.load_state_dict(resume)
+            except BaseException as error:
+                error.add_note("raised while loading this worker's dataset state")
+                raise
         assert self._tg is not None
-        self._epoch_scope, self._backend = await self._tg.start(self._run_epoch, epoch)
+        try:
+            self._epoch_scope, self._backend = await self._tg.start(self._run_epoch, epoch)
+        except BaseExceptionGroup as group:  # the epoch's task group failed as it started
+            raise_ungrouped(group)
+
+    def abandon(self) -> None:
+        """The loader is gone: stop serving (on the loop)."""
+        self._loader_gone = True
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
 
     def _end_epoch(self) -> None:
         if self._epoch_scope is not None:

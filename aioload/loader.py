@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar
 
-import numpy as np
-
 from aioload.arguments import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_WORKER_RESTARTS,
@@ -33,6 +31,7 @@ from aioload.collate import default_collate, default_convert
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
+from aioload.samplers import GeneratorLike
 from aioload.scheduler import Epoch
 from aioload.stats import LoaderStats, StatsRecorder
 
@@ -110,8 +109,14 @@ class DataLoader(Generic[T_co]):
             the first loader of a process starts the fork server (a few hundred
             milliseconds, with aioload's worker code preloaded); later workers
             start in milliseconds.
-        generator: a ``numpy.random.Generator`` or an int seed for shuffling;
-            a fixed seed makes the sequence of epochs reproducible.
+        generator: what the epoch's base seed and the shuffle (``shuffle=True``)
+            are drawn from: a ``numpy.random.Generator``, an int seed, or a
+            ``torch.Generator`` (torch's own draw of the base seed from it every
+            epoch, then one seed for the shuffle, so it advances as under
+            torch). A fixed seed makes the sequence of epochs reproducible.
+            None, as in torch, draws from the global state: torch's default
+            generator when torch is imported (``torch.manual_seed(0)``
+            reproduces the run), else numpy's (``np.random.seed(0)`` does).
         prefetch_factor: batches in flight per worker (``num_workers > 0``,
             default 2). Unlike torch it is also allowed with
             ``num_workers=0``, where it sizes the window of batches in flight
@@ -242,7 +247,7 @@ class DataLoader(Generic[T_co]):
         timeout: float = 0,
         worker_init_fn: Callable[[int], None] | None = None,
         multiprocessing_context: Any = None,
-        generator: np.random.Generator | int | None = None,
+        generator: GeneratorLike = None,
         *,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,

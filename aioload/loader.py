@@ -66,7 +66,8 @@ class DataLoader(Generic[T_co]):
     """Combines a dataset and a sampler and iterates over batches of the dataset.
 
     The arguments, defaults and errors are torch's ``DataLoader``'s; batches
-    are numpy arrays (see :func:`aioload.default_collate`). Iterate with
+    are numpy arrays (see :func:`aioload.default_collate`), or torch tensors
+    with ``from aioload.torch import DataLoader`` (see :mod:`aioload.torch`). Iterate with
     ``async for`` inside an event loop (the loop never blocks: sync datasets
     are read in a thread) or with plain ``for`` (aioload runs its pipeline on
     its own uvloop loop in a background thread, so fetching overlaps your
@@ -233,6 +234,10 @@ class DataLoader(Generic[T_co]):
         # loader.load_state_dict(json.loads(saved))
     """
 
+    # What collate_fn=None stands for (aioload.torch.DataLoader's return tensors).
+    _default_collate_fn: Callable[[Any], Any] = staticmethod(default_collate)
+    _default_convert_fn: Callable[[Any], Any] = staticmethod(default_convert)
+
     def __init__(
         self,
         dataset: Any,
@@ -312,7 +317,9 @@ class DataLoader(Generic[T_co]):
         self._skip_log: SkipLog | None = None  # the latest epoch's skips
         self._protocol = protocol
         if collate_fn is None:
-            collate_fn = default_collate if self._auto_collation else default_convert
+            collate_fn = (
+                self._default_collate_fn if self._auto_collation else self._default_convert_fn
+            )
         self.collate_fn = collate_fn
         self._window, self._window_bytes = window_size(
             protocol=protocol,

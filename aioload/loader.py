@@ -442,11 +442,20 @@ class DataLoader(Generic[T_co]):
                 "loop (it would block the loop); use `async for batch in loader` instead"
             )
         warn_excessive_workers(self.num_workers, stacklevel=2)
+        self._warn_if_tensors_cannot_pin()
         return SyncBatchIterator(self._new_epoch, self.timeout)
 
     def __aiter__(self) -> AsyncBatchIterator:
         warn_excessive_workers(self.num_workers, stacklevel=2)
+        self._warn_if_tensors_cannot_pin()
         return AsyncBatchIterator(self._new_epoch, self.timeout)
+
+    def _warn_if_tensors_cannot_pin(self) -> None:
+        # Called by __iter__/__aiter__: the warning points at the line that iterates.
+        if self.pin_memory:
+            from aioload.pinning import warn_if_tensors_cannot_pin
+
+            warn_if_tensors_cannot_pin(self.pin_memory_device, stacklevel=3)
 
     def _new_epoch(
         self,

@@ -18,13 +18,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from aioload.backends.executor import check_executor, executor_size
 from aioload.backends.inline import THREADS_FOR_THREAD_SAFE
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.policy import FaultPolicy, RetryPolicy
-from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
+from aioload.samplers import BatchSampler, RandomSampler, Rng, SequentialSampler, _as_generator
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -58,7 +56,7 @@ class LoaderArguments:
     drop_last: bool
     sampler: Any
     batch_sampler: Any
-    generator: np.random.Generator | None
+    generator: Rng
     prefetch_factor: int | None
     concurrency: int
     policy: FaultPolicy

@@ -23,8 +23,18 @@ from typing import Any
 import numpy as np
 
 from aioload.received import Received
-from aioload.sampler_state import _check_generator_state, _plain, _Resumable, _stateful
-from aioload.samplers import BatchSampler
+from aioload.sampler_state import (
+    TORCH_GENERATOR,
+    _check_generator_state,
+    _check_torch_generator_state,
+    _plain,
+    _Resumable,
+    _seed_from,
+    _set_torch_generator_state,
+    _stateful,
+    _torch_generator_state,
+)
+from aioload.samplers import BatchSampler, Rng
 
 __all__ = [
     "STATE_VERSION",
@@ -103,7 +113,10 @@ class Checkpoints:
         dataset: the loader's dataset.
         sampler: the sampler whose state a checkpoint holds (the batch sampler,
             or the sampler without automatic batching); None for an iterable dataset.
-        generator: the loader's generator (None: fresh entropy every epoch).
+        generator: the loader's generator: a numpy ``Generator``, a ``torch.Generator``
+            (the base seed is torch's draw from it) or None (the base seed is drawn
+            from torch's default generator when torch is imported, else from numpy's
+            global state).
         iterable: the dataset is iterable.
         num_workers: the loader's worker processes.
         in_order: the loader yields in sequence order.
@@ -123,7 +136,7 @@ class Checkpoints:
         self,
         dataset: Any,
         sampler: Any,
-        generator: np.random.Generator | None,
+        generator: Rng,
         *,
         iterable: bool,
         num_workers: int,
@@ -155,12 +168,15 @@ class Checkpoints:
         resume, self._resume, self._loaded = self._resume, None, None
         generator = self._generator
         # A checkpoint replays this epoch's start from the generator state before the draw.
-        generator_before = None if generator is None else _plain(generator.bit_generator.state)
+        generator_before = self._generator_state()
         # Drawn every epoch, whatever num_workers, before the sampler draws (as
         # torch does), so a seeded generator shuffles alike with or without workers.
-        # Without a generator every epoch gets fresh entropy, like the samplers.
-        rng = generator if generator is not None else np.random.default_rng()
-        base_seed = int(rng.integers(1 << 62))
+        # A torch.Generator (or, without a generator, torch's default one when torch
+        # is imported, else numpy's global state) gives torch's own draw.
+        if isinstance(generator, np.random.Generator):
+            base_seed = int(generator.integers(_MAX_SEED))
+        else:
+            base_seed = _seed_from(generator) % _MAX_SEED
         if resume is not None:
             base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
         sampler = self._sampler
@@ -242,7 +258,11 @@ class Checkpoints:
 
     def _generator_state(self) -> Any:
         generator = self._generator
-        return None if generator is None else _plain(generator.bit_generator.state)
+        if generator is None:
+            return None
+        if isinstance(generator, np.random.Generator):
+            return _plain(generator.bit_generator.state)
+        return _torch_generator_state(generator)
 
     def _sampler_state(self) -> Any:
         return self._sampler.state_dict() if _stateful(self._sampler) else None
@@ -301,6 +321,24 @@ class Checkpoints:
                     f"{count}={theirs!r}: the state was altered"
                 )
 
+    def _check_generator(self, state: Mapping[str, Any]) -> list[int] | None:
+        """Checks a generator state against this loader's; the bytes of a torch one."""
+        torch_state = state.get("bit_generator") == TORCH_GENERATOR
+        numpy_generator = isinstance(self._generator, np.random.Generator)
+        if torch_state == numpy_generator:
+            raise ValueError(
+                "DataLoader state holds a "
+                + ("torch.Generator" if torch_state else "numpy generator")
+                + " state, but this loader's generator is a "
+                + ("numpy Generator" if numpy_generator else "torch.Generator")
+                + ": build the loader with the same arguments"
+            )
+        if torch_state:
+            return _check_torch_generator_state(state, "DataLoader", "generator")
+        assert isinstance(self._generator, np.random.Generator)
+        _check_generator_state(state, "DataLoader", self._generator)
+        return None
+
     def _between_epochs(self, epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
         return {
             "type": "DataLoader",
@@ -343,10 +381,11 @@ class Checkpoints:
                 )
                 + ": build the loader with the same arguments"
             )
+        torch_state = None
         if generator is not None:
             if not isinstance(generator, Mapping):
                 raise ValueError("DataLoader state field 'generator' should be a dict or None")
-            _check_generator_state(generator, "DataLoader", self._generator)
+            torch_state = self._check_generator(generator)
         if sampler is not None and sampler_state is not None:
             try:
                 sampler.load_state_dict(sampler_state)
@@ -356,7 +395,11 @@ class Checkpoints:
         if self._generator is not None and generator is not None:
             # After the sampler's: a sampler sharing the generator set it to the start
             # of its own iteration, which comes after the loader's base-seed draw.
-            self._generator.bit_generator.state = generator
+            if isinstance(self._generator, np.random.Generator):
+                self._generator.bit_generator.state = generator
+            else:
+                assert torch_state is not None
+                _set_torch_generator_state(self._generator, torch_state)
         dataset_state = state.get("dataset")
         if in_progress and dataset_state is not None:
             if self._num_workers > 0:

@@ -50,6 +50,8 @@ from aioload.collate_fns import (
     collate_str_fn,
     collate_tensor_fn,
     default_collate_fn_map,
+    holds_torch_tensor,
+    tensor_leaves_fn_map,
 )
 
 __all__ = [
@@ -185,6 +187,13 @@ def default_collate(batch: Sequence[Any]) -> Any:
     * ``torch.Tensor`` (only when torch is installed and already imported) -> ``torch.stack``;
     * ``Mapping``, ``NamedTuple``, ``tuple`` and other sequences -> as :func:`collate`.
 
+    A batch whose first sample holds a torch tensor is collated as torch's ``default_collate``
+    would: its numbers and numpy leaves become tensors too (``int`` -> ``int64``, ``float`` ->
+    ``float64``, arrays keep their dtype; see
+    :func:`~aioload.collate_fns.tensor_leaves_fn_map`), so tensor images with int labels give
+    a tensor ``y``. Only ``sys.modules`` and the first sample are looked at: torch is never
+    imported.
+
     Args:
         batch: a non-empty sequence of samples.
 
@@ -212,6 +221,8 @@ def default_collate(batch: Sequence[Any]) -> Any:
         ...     return ...
         >>> default_collate_fn_map.update({CustomType: collate_customtype_fn})
     """
+    if len(batch) and holds_torch_tensor(batch[0]):
+        return collate(batch, collate_fn_map=tensor_leaves_fn_map(default_collate_fn_map))
     return collate(batch, collate_fn_map=default_collate_fn_map)
 
 

@@ -38,6 +38,8 @@ __all__ = [
     "collate_str_fn",
     "collate_tensor_fn",
     "default_collate_fn_map",
+    "holds_torch_tensor",
+    "tensor_leaves_fn_map",
 ]
 
 # Keys are types or tuples of types. Typed Any because Mapping is invariant in its key type, so
@@ -166,10 +168,45 @@ def collate_str_fn(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None
 
 
 def collate_tensor_fn(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None) -> Any:
-    """Stack a batch of torch tensors with ``torch.stack`` (torch is imported only here)."""
+    """Stack a batch of torch tensors with ``torch.stack`` (torch is imported only here).
+
+    Under :func:`collate_into` (in a worker process) large CPU tensors are stacked into the
+    room it gives, as numpy arrays are, so the batch travels through shared memory uncopied.
+    """
     import torch
 
+    allocate = _allocator.get()
+    if allocate is not None:
+        stacked = _stack_tensors_into(torch, batch, allocate)
+        if stacked is not None:
+            return stacked
     return torch.stack(list(batch), 0)
+
+
+def _stack_tensors_into(torch: Any, batch: Sequence[Any], allocate: Allocator) -> Any:
+    elem = batch[0]
+    if elem.nbytes * len(batch) < _IN_PLACE_MIN_BYTES:
+        return None
+    for tensor in batch:
+        if (
+            type(tensor) is not torch.Tensor
+            or tensor.device.type != "cpu"
+            or tensor.layout != torch.strided
+            or tensor.requires_grad
+            or tensor.dtype != elem.dtype
+            or tensor.shape != elem.shape
+        ):
+            return None  # torch.stack's rules (and errors) apply
+    try:
+        dtype = torch.empty(0, dtype=elem.dtype).numpy().dtype
+    except (TypeError, RuntimeError):  # no numpy dtype for it (bfloat16, quantized)
+        return None
+    room = allocate((len(batch), *elem.shape), dtype)
+    if room is None:
+        return None
+    out = torch.from_numpy(room)
+    torch.stack(list(batch), 0, out=out)
+    return out
 
 
 class _TorchTensorMeta(type):
@@ -186,6 +223,50 @@ class _TorchTensorMeta(type):
 
 class _TorchTensor(metaclass=_TorchTensorMeta):
     """Registry key standing for ``torch.Tensor`` without importing torch."""
+
+
+def _holds_tensor(sample: Any, tensor: type) -> bool:
+    """Whether a sample's leaves (through mappings and sequences) include a ``tensor``."""
+    if isinstance(sample, tensor):
+        return True
+    if isinstance(sample, str | bytes | np.ndarray | np.generic):
+        return False
+    if isinstance(sample, collections.abc.Mapping):
+        return any(_holds_tensor(value, tensor) for value in sample.values())
+    if isinstance(sample, collections.abc.Sequence):
+        return any(_holds_tensor(item, tensor) for item in sample)
+    return False
+
+
+def holds_torch_tensor(sample: Any) -> bool:
+    """Whether torch is imported and ``sample`` holds a torch tensor (torch is not imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and _holds_tensor(sample, torch.Tensor)
+
+
+def _as_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def collate_as_tensor(
+        batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
+    ) -> Any:
+        out = fn(batch, collate_fn_map=collate_fn_map)
+        try:
+            return sys.modules["torch"].from_numpy(out)
+        except TypeError:  # a dtype torch has no tensor for (datetimes): left as numpy
+            return out
+
+    collate_as_tensor.__name__ = collate_as_tensor.__qualname__ = f"{fn.__name__}_as_tensor"
+    return collate_as_tensor
+
+
+def tensor_leaves_fn_map(fn_map: _CollateFnMap) -> dict[Any, Callable[..., Any]]:
+    """``fn_map`` with the built-in numeric functions turning their arrays into tensors.
+
+    What :func:`~aioload.collate.default_collate` uses for a batch whose samples hold torch
+    tensors: numbers and numpy leaves then become tensors too, as under torch's
+    ``default_collate`` (``int`` -> ``int64``, ``float`` -> ``float64``, arrays keep their
+    dtype), and a ``y`` of ints next to an ``x`` of tensors is a tensor, not an array.
+    """
+    return {key: _TENSOR_FNS.get(fn, fn) for key, fn in fn_map.items()}
 
 
 default_collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] = {
@@ -265,3 +346,9 @@ def _array_batch_error(
         if dtype is not None and dtype.kind in _STR_OBJ_KINDS:
             return _unsupported(dtype, i)
     return None
+
+
+_TENSOR_FNS: dict[Callable[..., Any], Callable[..., Any]] = {
+    fn: _as_tensors(fn)
+    for fn in (collate_numpy_array_fn, collate_numpy_scalar_fn, collate_float_fn, collate_int_fn)
+}

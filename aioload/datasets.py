@@ -32,7 +32,7 @@ from aioload.iterable_datasets import (
     _is_iterable_dataset,
     _len,
 )
-from aioload.samplers import _as_generator
+from aioload.samplers import GeneratorLike, _as_generator, _rng
 
 __all__ = [
     "ArrayDataset",
@@ -441,7 +441,7 @@ class Subset(Dataset[T_co]):
 def random_split(
     dataset: Any,
     lengths: Sequence[int | float],
-    generator: np.random.Generator | int | None = None,
+    generator: GeneratorLike = None,
 ) -> list[Subset[Any]]:
     """Randomly splits a dataset into non-overlapping subsets of given lengths.
 
@@ -452,8 +452,11 @@ def random_split(
     Args:
         dataset: a map-style dataset with a length.
         lengths: sizes or fractions of the splits.
-        generator: a ``numpy.random.Generator`` or an int seed; the same seed
-            gives the same split.
+        generator: a ``numpy.random.Generator``, a ``torch.Generator`` (one seed is
+            drawn from it, advancing it) or an int seed; the same seed gives the same
+            split. None (torch's default: its global generator) draws the seed from
+            torch's default generator when torch is imported, else from numpy's global
+            state, so ``torch.manual_seed(0)`` or ``np.random.seed(0)`` repeats a split.
 
     Example::
 
@@ -484,7 +487,7 @@ def random_split(
             "Sum of input lengths does not equal the length of the input dataset! "
             f"(lengths {list(lengths)} sum to {sum(lengths)}, the dataset has {n} items)"
         )
-    order = (_as_generator(generator) or np.random.default_rng()).permutation(n).tolist()
+    order = _rng(_as_generator(generator)).permutation(n).tolist()
     splits: list[Subset[Any]] = []
     start = 0
     for length in lengths:

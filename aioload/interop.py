@@ -13,11 +13,15 @@ aioload never depends on torch; these functions import it when called.
   then pins those tensors with ``tensor.pin_memory()`` when an accelerator is
   present (without one they are left as they are, as torch does).
 
-Where to convert with worker processes: a ``collate_fn`` runs inside each
-worker, so :func:`torch_collate` there imports torch in every worker and sends
-tensors back by pickling them (a copy). Keep the default ``collate_fn``
-instead and convert in the consumer, where the arrays are views of the shared
-memory they arrived in: ``to_torch(batch)`` then copies nothing.
+:mod:`aioload.torch` is the switch built on them: its ``DataLoader`` has
+:func:`torch_collate` (or :func:`torch_convert`) as its default ``collate_fn``.
+
+With worker processes a ``collate_fn`` runs inside each worker, so
+:func:`torch_collate` there imports torch in every worker; it collates into the
+shared memory the batch travels in, and the tensors cross as numpy views of
+it (see :mod:`aioload.transport`), so they arrive as views of shared memory,
+not pickled copies. Keeping the default ``collate_fn`` and converting in the
+consumer (``to_torch(batch)``) costs the same and keeps torch out of the workers.
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ def torch_collate(batch: Sequence[Any]) -> Any:
     Use it as a loader's ``collate_fn`` to get what torch's ``DataLoader``
     yields. With ``pin_memory=True`` the tensors are pinned in the pin thread
     (``tensor.pin_memory()``) when an accelerator is present. With worker
-    processes prefer converting in the consumer (see the module docstring).
+    processes the tensors travel through shared memory (see the module docstring).
 
     Example::
 

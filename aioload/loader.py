@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar
 
-import numpy as np
-
 from aioload.arguments import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_WORKER_RESTARTS,
@@ -34,6 +32,7 @@ from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
 from aioload.notebook import check_workers_can_import, is_ipython_loop
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
+from aioload.samplers import GeneratorLike
 from aioload.scheduler import Epoch
 from aioload.stats import LoaderStats, StatsRecorder
 
@@ -68,7 +67,8 @@ class DataLoader(Generic[T_co]):
     """Combines a dataset and a sampler and iterates over batches of the dataset.
 
     The arguments, defaults and errors are torch's ``DataLoader``'s; batches
-    are numpy arrays (see :func:`aioload.default_collate`). Iterate with
+    are numpy arrays (see :func:`aioload.default_collate`), or torch tensors
+    with ``from aioload.torch import DataLoader`` (see :mod:`aioload.torch`). Iterate with
     ``async for`` inside an event loop (the loop never blocks: sync datasets
     are read in a thread) or with plain ``for`` (aioload runs its pipeline on
     its own uvloop loop in a background thread, so fetching overlaps your
@@ -111,8 +111,14 @@ class DataLoader(Generic[T_co]):
             the first loader of a process starts the fork server (a few hundred
             milliseconds, with aioload's worker code preloaded); later workers
             start in milliseconds.
-        generator: a ``numpy.random.Generator`` or an int seed for shuffling;
-            a fixed seed makes the sequence of epochs reproducible.
+        generator: what the epoch's base seed and the shuffle (``shuffle=True``)
+            are drawn from: a ``numpy.random.Generator``, an int seed, or a
+            ``torch.Generator`` (torch's own draw of the base seed from it every
+            epoch, then one seed for the shuffle, so it advances as under
+            torch). A fixed seed makes the sequence of epochs reproducible.
+            None, as in torch, draws from the global state: torch's default
+            generator when torch is imported (``torch.manual_seed(0)``
+            reproduces the run), else numpy's (``np.random.seed(0)`` does).
         prefetch_factor: batches in flight per worker (``num_workers > 0``,
             default 2). Unlike torch it is also allowed with
             ``num_workers=0``, where it sizes the window of batches in flight
@@ -229,6 +235,10 @@ class DataLoader(Generic[T_co]):
         # loader.load_state_dict(json.loads(saved))
     """
 
+    # What collate_fn=None stands for (aioload.torch.DataLoader's return tensors).
+    _default_collate_fn: Callable[[Any], Any] = staticmethod(default_collate)
+    _default_convert_fn: Callable[[Any], Any] = staticmethod(default_convert)
+
     def __init__(
         self,
         dataset: Any,
@@ -243,7 +253,7 @@ class DataLoader(Generic[T_co]):
         timeout: float = 0,
         worker_init_fn: Callable[[int], None] | None = None,
         multiprocessing_context: Any = None,
-        generator: np.random.Generator | int | None = None,
+        generator: GeneratorLike = None,
         *,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
@@ -308,7 +318,9 @@ class DataLoader(Generic[T_co]):
         self._skip_log: SkipLog | None = None  # the latest epoch's skips
         self._protocol = protocol
         if collate_fn is None:
-            collate_fn = default_collate if self._auto_collation else default_convert
+            collate_fn = (
+                self._default_collate_fn if self._auto_collation else self._default_convert_fn
+            )
         self.collate_fn = collate_fn
         self._window, self._window_bytes = window_size(
             protocol=protocol,
@@ -436,11 +448,13 @@ class DataLoader(Generic[T_co]):
                 )
         self._check_interactive_definitions()
         warn_excessive_workers(self.num_workers, stacklevel=2)
+        self._warn_if_tensors_cannot_pin()
         return SyncBatchIterator(self._new_epoch, self.timeout)
 
     def __aiter__(self) -> AsyncBatchIterator:
         self._check_interactive_definitions()
         warn_excessive_workers(self.num_workers, stacklevel=2)
+        self._warn_if_tensors_cannot_pin()
         return AsyncBatchIterator(self._new_epoch, self.timeout)
 
     def _check_interactive_definitions(self) -> None:
@@ -453,6 +467,13 @@ class DataLoader(Generic[T_co]):
                 "policy": self._policy,
             }
             check_workers_can_import(objects, self.multiprocessing_context)
+
+    def _warn_if_tensors_cannot_pin(self) -> None:
+        # Called by __iter__/__aiter__: the warning points at the line that iterates.
+        if self.pin_memory:
+            from aioload.pinning import warn_if_tensors_cannot_pin
+
+            warn_if_tensors_cannot_pin(self.pin_memory_device, stacklevel=3)
 
     def _new_epoch(
         self,

@@ -56,6 +56,7 @@ __all__ = [
     "PinnedBufferPool",
     "PinnedPoolStats",
     "pin_batch",
+    "warn_if_tensors_cannot_pin",
 ]
 
 T = TypeVar("T")
@@ -411,23 +412,50 @@ def _torch_tensor_type() -> type | None:
     return tensor
 
 
+def _unpinned_message(device: str) -> str:
+    return (
+        f"pin_memory=True, but no {device} accelerator is available: torch tensors are left "
+        "as they are, not pinned (numpy arrays still are)"
+    )
+
+
+def _accelerator_available(torch: Any, device: str) -> bool:
+    accelerator = getattr(torch, device.split(":")[0] or "cuda", None)
+    is_available = getattr(accelerator, "is_available", None)
+    return bool(callable(is_available) and is_available())
+
+
+def warn_if_tensors_cannot_pin(device: str, *, stacklevel: int) -> None:
+    """Warns, as torch's loader does at every ``iter()``, that tensors will not be pinned.
+
+    Only when torch is imported (a tensor cannot exist before) and the accelerator
+    (CUDA, or ``device``'s type) is not available. ``stacklevel`` counts from the caller
+    of this function, so that the warning points at the user's line that iterates the
+    loader (torch's points inside torch).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or _accelerator_available(torch, device):
+        return
+    _warned_at_iter.add(device or "cuda")
+    warnings.warn(_unpinned_message(device or "cuda"), UserWarning, stacklevel=stacklevel + 1)
+
+
+# Devices warned about at iter(), so that the pin thread does not warn again.
+_warned_at_iter: set[str] = set()
+
+
 @functools.cache
 def _warn_unpinned_tensors(device: str) -> None:
-    # Once per process and device, like torch's own warning for this case.
-    warnings.warn(
-        f"pin_memory=True, but no {device} accelerator is available: torch tensors are left "
-        "as they are, not pinned (numpy arrays still are)",
-        UserWarning,
-        stacklevel=3,
-    )
+    # The pin thread's fallback, once per process and device, for tensors met when torch was
+    # not yet imported at iter() (the thread has no user line to point at).
+    if device not in _warned_at_iter:
+        warnings.warn(_unpinned_message(device), UserWarning, stacklevel=3)
 
 
 def _pin_tensor(tensor: Any, device: str) -> Any:
     torch = sys.modules["torch"]
     # Without the accelerator torch cannot pin; like a CPU-only torch loader, leave the tensor.
-    accelerator = getattr(torch, device.split(":")[0] or "cuda", None)
-    is_available = getattr(accelerator, "is_available", None)
-    if not (callable(is_available) and is_available()):
+    if not _accelerator_available(torch, device):
         _warn_unpinned_tensors(device or "cuda")
         return tensor
     return tensor.pin_memory(device) if device else tensor.pin_memory()

@@ -13,17 +13,19 @@ the same checks.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from operator import length_hint
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
 from aioload.sampler_base import Sampler
 
-# Every name here is private to the built-in samplers and the loader's checkpoints.
-__all__: list[str] = []
+# Every name here is private to the built-in samplers and the loader's checkpoints, but for
+# the protocol that stands for ``torch.Generator`` in type hints.
+__all__ = ["TorchGeneratorLike"]
 
 T = TypeVar("T")
 
@@ -31,6 +33,83 @@ T = TypeVar("T")
 _STATE_VERSION = 1
 # The numpy bit generators whose state a sampler state may carry.
 _BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
+# What a state calls a torch generator's state (``{"bit_generator": ..., "state": [bytes]}``).
+TORCH_GENERATOR = "torch.Generator"
+
+
+class TorchGeneratorLike(Protocol):
+    """What aioload uses of a ``torch.Generator`` (torch itself is never imported for it)."""
+
+    def get_state(self) -> Any: ...
+
+    def set_state(self, new_state: Any, /) -> Any: ...
+
+
+def _is_torch_generator(obj: object) -> bool:
+    """Whether ``obj`` is a ``torch.Generator`` (asked of torch only if someone imported it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Generator)
+
+
+def _torch_seed(generator: Any = None) -> int:
+    """torch's own seed draw: one int64 from ``generator`` (None: torch's default generator).
+
+    The draw torch's loader makes for its base seed and its ``RandomSampler`` makes without a
+    generator, so a ``torch.Generator`` (or ``torch.manual_seed``) advances as under torch.
+    """
+    torch = sys.modules["torch"]
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+def _global_seed() -> int:
+    """A seed from the process's global random state, for a ``generator=None``.
+
+    torch's default generator when torch is imported (what torch draws from, so
+    ``torch.manual_seed(0)`` reproduces a run), else numpy's legacy global state (so
+    ``np.random.seed(0)`` does).
+    """
+    if sys.modules.get("torch") is not None:
+        return _torch_seed()
+    return int(np.random.randint(np.iinfo(np.int64).max, dtype=np.int64))
+
+
+def _seed_from(generator: Any) -> int:
+    """One seed drawn from a ``torch.Generator``, or from the global state for None."""
+    return _global_seed() if generator is None else _torch_seed(generator)
+
+
+def _torch_generator_state(generator: Any) -> dict[str, Any]:
+    """A torch generator's state as JSON: its state bytes as a list of ints."""
+    return {"bit_generator": TORCH_GENERATOR, "state": generator.get_state().tolist()}
+
+
+def _check_torch_generator_state(state: object, kind: str, field: str) -> list[int]:
+    """The state bytes of a torch generator state, checked against a scratch generator."""
+    raw = state.get("state") if isinstance(state, Mapping) else None
+    if (
+        not isinstance(state, Mapping)
+        or state.get("bit_generator") != TORCH_GENERATOR
+        or not isinstance(raw, list)
+        or not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in raw)
+    ):
+        raise ValueError(
+            f"{kind} state field {field!r} should be a torch.Generator state "
+            f'({{"bit_generator": "{TORCH_GENERATOR}", "state": [bytes as ints]}}), but got '
+            f"{state!r:.100}"
+        )
+    torch = sys.modules["torch"]
+    try:
+        torch.Generator().set_state(torch.tensor(raw, dtype=torch.uint8))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"{kind} state field {field!r} is not a valid torch.Generator state: {exc}"
+        ) from exc
+    return raw
+
+
+def _set_torch_generator_state(generator: Any, raw: list[int]) -> None:
+    torch = sys.modules["torch"]
+    generator.set_state(torch.tensor(raw, dtype=torch.uint8))
 
 
 class _Iteration:
@@ -43,8 +122,10 @@ class _Iteration:
     length hint, so that counting costs nothing per key; batches pass through :meth:`count`.
     """
 
-    def __init__(self, start: Any, count: int = 0) -> None:
+    def __init__(self, start: Any, count: int = 0, source: Any = None) -> None:
         self.start = start
+        # A torch generator's state (as JSON) before it drew the seed of ``start``, if any.
+        self.source = source
         self.rng: np.random.Generator | None = None
         self.finished = False
         # (items in finished blocks, length of the current block, its iterator), replaced as a
@@ -93,6 +174,7 @@ class _Iteration:
         # A pickled sampler carries the count, not the live iterator of the current block.
         return {
             "start": self.start,
+            "source": self.source,
             "rng": self.rng,
             "finished": self.finished,
             "_cursor": (self.position, 0, None),
@@ -188,7 +270,11 @@ class _Resumable(Sampler[int]):
             )
         start = self._load_fields(state, in_progress)
         self._iteration = None
-        self._resume = _Iteration(start, yielded) if in_progress else None
+        self._resume = self._resumed(start, yielded) if in_progress else None
+
+    def _resumed(self, start: Any, yielded: int) -> _Iteration:
+        """The iteration a loaded in-progress state resumes (``start``: from _load_fields)."""
+        return _Iteration(start, yielded)
 
     def _begin(self) -> _Iteration:
         """A new iteration, with what replays it from its beginning."""

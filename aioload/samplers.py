@@ -1,11 +1,19 @@
 """Samplers: which keys to load, in what order, in what batches.
 
-The classes follow ``torch.utils.data``'s samplers argument for argument, with numpy's
-:class:`numpy.random.Generator` in place of ``torch.Generator``. Every ``generator`` argument
-accepts ``None`` (fresh OS entropy on each ``__iter__``, so every epoch is reshuffled), a
-:class:`numpy.random.Generator` (advanced by each ``__iter__``: epochs differ, yet the whole
-sequence of epochs is reproducible) or an ``int`` seed (turned into a Generator once, at
-construction). Randomness never comes from numpy's global state.
+The classes follow ``torch.utils.data``'s samplers argument for argument; keys are drawn with
+numpy. Every ``generator`` argument accepts:
+
+- ``None``: each ``__iter__`` draws one seed from the process's global random state, as torch's
+  samplers do: from torch's default generator when torch is imported (so ``torch.manual_seed(0)``
+  reproduces the shuffles), else from numpy's legacy global state (so ``np.random.seed(0)``
+  does). Unseeded, every epoch is reshuffled differently.
+- a :class:`numpy.random.Generator`: advanced by each ``__iter__`` (epochs differ, yet the whole
+  sequence of epochs is reproducible);
+- a ``torch.Generator`` (CPU): each ``__iter__`` draws one seed from it with torch's draw
+  (``torch.empty((), dtype=torch.int64).random_(generator=g)``) and shuffles with numpy from that
+  seed, so the generator advances every epoch and a seeded one reproduces the run (the keys
+  differ from torch's own, which come from ``torch.randperm``);
+- an ``int`` seed (turned into a numpy Generator once, at construction).
 
 Any iterable of keys is a sampler, and so is any *async* iterable of keys (an object with
 ``__aiter__``, such as an async generator); :func:`is_async_sampler` tells them apart.
@@ -53,7 +61,20 @@ import numpy.typing as npt
 from aioload.batch_sampler import BatchSampler
 from aioload.distributed_sampler import DistributedSampler
 from aioload.sampler_base import Sampler, is_async_sampler
-from aioload.sampler_state import _check_generator_state, _field, _Iteration, _plain, _Resumable
+from aioload.sampler_state import (
+    TorchGeneratorLike,
+    _check_generator_state,
+    _check_torch_generator_state,
+    _field,
+    _is_torch_generator,
+    _Iteration,
+    _plain,
+    _Resumable,
+    _seed_from,
+    _set_torch_generator_state,
+    _torch_generator_state,
+    _torch_seed,
+)
 
 __all__ = [
     "BatchSampler",
@@ -63,12 +84,17 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "SubsetRandomSampler",
+    "TorchGeneratorLike",
     "WeightedRandomSampler",
     "is_async_sampler",
 ]
 
-GeneratorLike: TypeAlias = np.random.Generator | int | None
-"""What a ``generator`` argument accepts: ``None``, a numpy ``Generator`` or an ``int`` seed."""
+GeneratorLike: TypeAlias = np.random.Generator | TorchGeneratorLike | int | None
+"""What a ``generator`` argument accepts: ``None``, a numpy ``Generator``, a ``torch.Generator``
+or an ``int`` seed (see the module docstring)."""
+
+Rng: TypeAlias = np.random.Generator | TorchGeneratorLike | None
+"""A ``generator`` once checked: ``None``, a numpy ``Generator`` or a ``torch.Generator``."""
 
 # Keys drawn with replacement are produced lazily in chunks, so that a huge ``num_samples``
 # (an "infinite" sampler) costs no memory up front and an early ``break`` wastes little work.
@@ -76,18 +102,29 @@ _CHUNK = 1024
 
 
 class _Shuffling(_Resumable):
-    """A :class:`_Resumable` whose keys come from a numpy ``generator``.
+    """A :class:`_Resumable` whose keys come from a numpy generator.
 
-    An iteration starts from the generator's bit-generator state, which a state carries as
+    An iteration starts from a numpy bit-generator state, which a state carries as
     ``"generator"``: the state at the start of the iteration in progress, or the current one
-    between iterations (``None`` for a sampler without a generator).
+    between iterations (``None`` for a sampler without a numpy generator). Without one, the
+    iteration's numpy generator is seeded by one draw from the ``torch.Generator`` or the global
+    state (see :func:`~aioload.sampler_state._seed_from`); a sampler with a ``torch.Generator``
+    adds ``"torch_generator"``: that generator's state before the draw of the iteration in
+    progress, or its current one between iterations.
     """
 
-    generator: np.random.Generator | None
+    generator: Rng
+    _loaded_source: dict[str, Any] | None = None
 
     def _begin(self) -> _Iteration:
-        rng = _rng(self.generator)
-        iteration = _Iteration(rng.bit_generator.state)
+        generator = self.generator
+        if isinstance(generator, np.random.Generator):
+            iteration = _Iteration(generator.bit_generator.state)
+            iteration.rng = generator
+            return iteration
+        source = None if generator is None else _torch_generator_state(generator)
+        rng = np.random.default_rng(_seed_from(generator))
+        iteration = _Iteration(rng.bit_generator.state, source=source)
         iteration.rng = rng
         return iteration
 
@@ -95,45 +132,87 @@ class _Shuffling(_Resumable):
         """The generator to draw ``iteration`` with; a resumed one is set back to its start."""
         if iteration.rng is None:
             start = iteration.start
-            rng = self.generator
-            if rng is None:
+            generator = self.generator
+            if isinstance(generator, np.random.Generator):
+                rng = generator
+            else:
+                if generator is not None and iteration.source is not None:
+                    # The torch generator moves past this iteration's draw, as it did then.
+                    _set_torch_generator_state(generator, iteration.source["state"])
+                    _torch_seed(generator)
                 rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
             rng.bit_generator.state = start
             iteration.rng = rng
         return iteration.rng
 
     def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
+        generator = self.generator
         if iteration is not None:
-            generator = iteration.start
-        elif self.generator is not None:
-            generator = self.generator.bit_generator.state
+            numpy_state = iteration.start
+        elif isinstance(generator, np.random.Generator):
+            numpy_state = generator.bit_generator.state
         else:
-            generator = None
-        return {"generator": _plain(generator)}
+            numpy_state = None
+        fields = {"generator": _plain(numpy_state)}
+        if generator is not None and not isinstance(generator, np.random.Generator):
+            source = iteration.source if iteration is not None else None
+            fields["torch_generator"] = _plain(source or _torch_generator_state(generator))
+        return fields
 
     def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
-        generator = _field(state, self._state_type, "generator", dict, optional=True)
+        kind = self._state_type
+        generator = _field(state, kind, "generator", dict, optional=True)
+        torch_state = self._torch_field(state)
+        own = self.generator if isinstance(self.generator, np.random.Generator) else None
         if generator is None:
             if in_progress:
                 raise ValueError(
-                    f"{self._state_type} state is in progress but has generator=None: an "
+                    f"{kind} state is in progress but has generator=None: an "
                     "iteration in progress needs the generator state it started from"
                 )
-            if self.generator is not None:
+            if own is not None:
                 raise ValueError(
-                    f"{self._state_type} state has generator=None (its sampler had no "
+                    f"{kind} state has generator=None (its sampler had no numpy "
                     "generator), but this sampler has one: build it with the same arguments"
                 )
+            if torch_state is not None:
+                _set_torch_generator_state(self.generator, torch_state)
             return None
-        _check_generator_state(generator, self._state_type, self.generator)
+        _check_generator_state(generator, kind, own)
         if not in_progress:
-            if self.generator is None:
+            if own is None:
                 raise ValueError(
-                    f"{self._state_type} state has a generator state, but this sampler has "
-                    "generator=None: build it with the same arguments"
+                    f"{kind} state has a generator state, but this sampler has "
+                    f"generator={'None' if self.generator is None else 'a torch.Generator'}: "
+                    "build it with the same arguments"
                 )
-            self.generator.bit_generator.state = generator
+            own.bit_generator.state = generator
+        self._loaded_source = None
+        if torch_state is not None:
+            self._loaded_source = {**state["torch_generator"], "state": torch_state}
         return generator
+
+    def _torch_field(self, state: Mapping[str, Any]) -> list[int] | None:
+        """The checked ``"torch_generator"`` state bytes (None: the sampler has no torch one)."""
+        theirs = state.get("torch_generator")
+        if _is_torch_generator(self.generator):
+            if theirs is None:
+                raise ValueError(
+                    f"{self._state_type} state has no 'torch_generator' (its sampler had no "
+                    "torch.Generator), but this sampler has one: build it with the same arguments"
+                )
+            return _check_torch_generator_state(theirs, self._state_type, "torch_generator")
+        if theirs is not None:
+            raise ValueError(
+                f"{self._state_type} state holds a torch.Generator state, but this sampler has "
+                f"generator={'None' if self.generator is None else 'a numpy Generator'}: "
+                "build it with the same arguments"
+            )
+        return None
+
+    def _resumed(self, start: Any, yielded: int) -> _Iteration:
+        source, self._loaded_source = self._loaded_source, None
+        return _Iteration(start, yielded, source=source)
 
 
 class SequentialSampler(_Resumable):
@@ -177,7 +256,9 @@ class RandomSampler(_Shuffling):
         replacement: draw with replacement if ``True``. Default: ``False``.
         num_samples: number of indices per epoch. Default: ``len(data_source)``, read at each
             epoch since the dataset may change size.
-        generator: ``None``, a ``numpy.random.Generator`` or an ``int`` seed.
+        generator: ``None`` (a seed from torch's default generator, or numpy's global state
+            without torch, at each epoch), a ``numpy.random.Generator``, a
+            ``torch.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
 
     Example:
         >>> sorted(RandomSampler(range(5), generator=0))
@@ -248,7 +329,9 @@ class SubsetRandomSampler(_Shuffling):
 
     Args:
         indices: a sequence of keys (list, tuple, range or 1-D numpy array).
-        generator: ``None``, a ``numpy.random.Generator`` or an ``int`` seed.
+        generator: ``None`` (a seed from torch's default generator, or numpy's global state
+            without torch, at each epoch), a ``numpy.random.Generator``, a
+            ``torch.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
 
     Example:
         >>> sorted(SubsetRandomSampler([10, 20, 30], generator=0))
@@ -299,7 +382,9 @@ class WeightedRandomSampler(_Shuffling):
         replacement: if ``True`` (default) indices are drawn independently; if ``False`` each
             index is drawn at most once, so ``num_samples`` may not exceed the number of
             non-zero weights.
-        generator: ``None``, a ``numpy.random.Generator`` or an ``int`` seed.
+        generator: ``None`` (a seed from torch's default generator, or numpy's global state
+            without torch, at each epoch), a ``numpy.random.Generator``, a
+            ``torch.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
 
     Example:
         >>> keys = list(WeightedRandomSampler([0.0, 1.0, 3.0], 100, generator=0))
@@ -382,22 +467,33 @@ class WeightedRandomSampler(_Shuffling):
         return self.num_samples
 
 
-def _as_generator(generator: object) -> np.random.Generator | None:
+def _as_generator(generator: object) -> Rng:
     if generator is None or isinstance(generator, np.random.Generator):
         return generator
+    if _is_torch_generator(generator):
+        device = getattr(generator, "device", None)
+        if getattr(device, "type", "cpu") != "cpu":
+            raise ValueError(
+                "generator should be a CPU torch.Generator (seeds are drawn on the CPU, as "
+                f"torch's samplers draw them), but got one on {device}"
+            )
+        return cast(TorchGeneratorLike, generator)
     if isinstance(generator, int | np.integer) and not isinstance(generator, bool):
         if generator < 0:
             raise ValueError(f"generator seed should be a non-negative integer, got {generator}")
         return np.random.default_rng(int(generator))
     raise TypeError(
-        "generator should be None, a numpy.random.Generator or an int seed, but got "
-        f"{type(generator).__name__}"
+        "generator should be None, a numpy.random.Generator, a torch.Generator or an int seed, "
+        f"but got {type(generator).__name__}"
     )
 
 
-def _rng(generator: np.random.Generator | None) -> np.random.Generator:
-    # Without a generator every epoch gets fresh OS entropy, as torch draws a fresh seed.
-    return np.random.default_rng() if generator is None else generator
+def _rng(generator: Rng) -> np.random.Generator:
+    """A numpy generator to draw with: ``generator`` itself, or one seeded by a draw from it
+    (a ``torch.Generator``) or from the global state (None)."""
+    if isinstance(generator, np.random.Generator):
+        return generator
+    return np.random.default_rng(_seed_from(generator))
 
 
 def _after(block: npt.NDArray[Any], first: int, skip: int) -> list[int]:

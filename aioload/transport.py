@@ -13,6 +13,13 @@ shared memory and nothing is copied on the way to the consumer. Arrays made
 elsewhere (a custom ``collate_fn``, a dataset's own batch) are copied into the
 segment once.
 
+torch tensors travel the same way: when torch is imported, the pickler reduces
+a plain CPU tensor to its numpy view (``tensor.numpy()``, out of band like any
+array, left in place when it lies in the arena), and the loader rebuilds it
+with ``torch.from_numpy``, so the consumer's tensor is a view of the shared
+memory too. Tensors numpy cannot view (``requires_grad``, bfloat16, other
+devices, subclasses such as ``Parameter``) keep torch's own pickling.
+
 Segment lifetime:
 
 - A segment has no name in ``/dev/shm`` (a ``memfd``, or a POSIX segment
@@ -31,11 +38,14 @@ from __future__ import annotations
 
 import collections
 import functools
+import io
 import math
 import mmap
 import os
 import pickle
 import struct
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +190,7 @@ class SegmentWriter:
         then the pickle and the layout, are copied after them.
         """
         buffers: list[pickle.PickleBuffer] = []
-        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        data = _dumps(obj, buffers.append)
         raws = [buffer.raw() for buffer in buffers]
         segment = arena.segment if arena is not None else None
         kept: list[int | None] = [None] * len(raws)  # offsets of buffers already in place
@@ -245,6 +255,44 @@ class SegmentWriter:
             segment = self._segments.pop(segment_id, None)
             if segment is not None:
                 segment.close()
+
+
+def _dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], Any]) -> bytes:
+    """Pickle protocol 5, buffers out of band; torch tensors as numpy views (see above)."""
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor can exist: the plain pickler, at C speed
+        return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+    file = io.BytesIO()
+    _TensorPickler(file, torch.Tensor, buffer_callback).dump(obj)
+    return file.getvalue()
+
+
+class _TensorPickler(pickle.Pickler):
+    """Reduces plain CPU tensors to their numpy views, so their data goes out of band."""
+
+    def __init__(
+        self, file: io.BytesIO, tensor: type, buffer_callback: Callable[[pickle.PickleBuffer], Any]
+    ) -> None:
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+        self._tensor: Any = tensor
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is self._tensor:  # exactly Tensor: a subclass carries more than data
+            try:
+                array = obj.numpy()
+            except (TypeError, RuntimeError):  # requires_grad, bfloat16, cuda, sparse, ...
+                return NotImplemented
+            return _tensor_from_numpy, (array,)
+        return NotImplemented
+
+
+def _tensor_from_numpy(array: np.ndarray[Any, Any]) -> Any:
+    """The loader's side of a tensor sent by :class:`_TensorPickler`: a view of ``array``."""
+    import torch
+
+    if not array.flags.writeable:  # pickled in band (not contiguous): a private copy
+        array = np.array(array)
+    return torch.from_numpy(array)
 
 
 def _offset_within(base: int, used: int, raw: memoryview) -> int | None:

@@ -510,10 +510,13 @@ def test_tensors_are_stacked_by_torch_once_torch_is_imported(monkeypatch: Any) -
     fake = types.ModuleType("torch")
     fake.Tensor = Tensor  # type: ignore[attr-defined]
     fake.stack = lambda tensors, dim: ("stacked", [t.value for t in tensors], dim)  # type: ignore[attr-defined]
+    fake.from_numpy = lambda array: ("tensor", array.dtype, array.tolist())  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", fake)
     out = default_collate([(Tensor(1), 5), (Tensor(2), 6)])
     assert out[0] == ("stacked", [1, 2], 0)
-    assert_array(out[1], [5, 6], np.int64)
+    # Next to tensors, numbers become tensors too, as under torch's default_collate.
+    assert out[1] == ("tensor", np.int64, [5, 6])
+    assert_array(default_collate([(1, 5), (2, 6)])[1], [5, 6], np.int64)  # no tensor: numpy
 
 
 @pytest.mark.slow
@@ -523,7 +526,9 @@ def test_torch_tensors_with_real_torch() -> None:
         [{"x": torch.ones(3), "y": np.zeros(2)}, {"x": torch.zeros(3), "y": np.ones(2)}]
     )
     assert isinstance(out["x"], torch.Tensor) and tuple(out["x"].shape) == (2, 3)
-    assert isinstance(out["y"], np.ndarray) and out["y"].shape == (2, 2)
+    # The arrays of a batch that holds tensors become tensors, as torch collates them.
+    assert isinstance(out["y"], torch.Tensor) and out["y"].shape == (2, 2)
+    assert out["y"].dtype == torch.float64
     tensor = torch.ones(2)
     assert default_convert(tensor) is tensor
 

@@ -409,7 +409,10 @@ def test_in_order_must_be_a_bool(in_order: Any) -> None:
 @pytest.mark.parametrize("generator", ["seed", 1.5, True, random.Random(0)])
 def test_generator_must_be_a_numpy_generator_or_a_seed(generator: Any) -> None:
     with pytest.raises(
-        TypeError, match=re.escape("generator should be None, a numpy.random.Generator or an int")
+        TypeError,
+        match=re.escape(
+            "generator should be None, a numpy.random.Generator, a torch.Generator or an int"
+        ),
     ):
         DataLoader(Items(4), shuffle=True, generator=generator)
 

@@ -300,15 +300,17 @@ def test_generator_rejects_negative_seed() -> None:
         RandomSampler(range(4), generator=-1)
 
 
-def test_samplers_never_touch_global_numpy_state() -> None:
+def test_seeded_samplers_never_touch_global_numpy_state() -> None:
+    # Without a generator a sampler draws its seed from the global state, as torch's do
+    # (see test_torch_habits.py); with one, the global state is left alone.
     np.random.seed(123)
     before = np.random.get_state()[1].copy()  # type: ignore[index]
     for sampler in [
-        RandomSampler(range(50)),
-        RandomSampler(range(50), replacement=True),
-        SubsetRandomSampler(list(range(50))),
-        WeightedRandomSampler(np.ones(50), 20),
-        WeightedRandomSampler(np.ones(50), 20, replacement=False),
+        RandomSampler(range(50), generator=0),
+        RandomSampler(range(50), replacement=True, generator=np.random.default_rng(1)),
+        SubsetRandomSampler(list(range(50)), generator=2),
+        WeightedRandomSampler(np.ones(50), 20, generator=3),
+        WeightedRandomSampler(np.ones(50), 20, replacement=False, generator=4),
         DistributedSampler(range(50), num_replicas=2, rank=0),
     ]:
         list(sampler)

@@ -224,6 +224,8 @@ class Epoch:
         self._all_delivered = asyncio.Event()
         self._scope = anyio.CancelScope()
         self.stop_requested = False
+        # Read by the inline backend when it closes: leave running sync reads behind.
+        self.abandoned = False
 
     def request_stop(self) -> None:
         """Asks the producer to draw no more batches (any thread); cancellation follows."""
@@ -277,6 +279,16 @@ class Epoch:
         """
         self.stop_requested = True
         self._scope.cancel()
+
+    def abandon(self) -> None:
+        """Stops the epoch like :meth:`cancel`, without waiting for sync reads still running.
+
+        For a consumer that timed out or was interrupted: a sync read cannot be
+        interrupted, so one that hangs is left to finish in its daemon thread,
+        its result dropped (call on the loop).
+        """
+        self.abandoned = True
+        self.cancel()
 
     async def run(self) -> None:
         """The driver: runs the epoch until its end marker has been delivered.

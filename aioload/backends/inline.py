@@ -9,7 +9,15 @@
   ``thread_safe = True``. Under the sync facade the loop is aioload's own and
   nothing else runs on it, so a sync fetch is called right there, which is
   cheaper than a thread hop.
+  The sync facade reads in a thread too when the loader has a ``timeout``,
+  so that a read that never returns can be left behind (below).
 - Iterable datasets are read in order, one batch after the other.
+- Closing waits for the sync reads still running (they cannot be
+  interrupted) — unless the epoch is *abandoned* (its consumer timed out, or
+  was interrupted): then a running read is left to finish in its daemon
+  thread, renamed ``aioload-abandoned``, its result dropped, as the fault
+  policy's ``item_timeout`` does with a single item. Interpreter exit does not
+  wait for it.
 - What a batch is — read, fault policy, collate, its outcome — is the
   :class:`~aioload.backends.reader.BatchReader`'s business; this backend only
   decides where and when the reader runs.
@@ -22,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +46,110 @@ __all__ = ["THREADS_FOR_THREAD_SAFE", "InlineBackend"]
 
 THREADS_FOR_THREAD_SAFE = 8
 """Fetch threads a ``thread_safe`` sync dataset is read by at most."""
+_ABANDONED = "aioload-abandoned"
+_ABANDON_POLL = 0.05  # how often closing, waiting for running reads, checks for abandonment
+
+_Work = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]] | None
+
+
+class _FetchThreads:
+    """Daemon threads that run an epoch's sync reads, at most ``count`` at once.
+
+    Not a ``ThreadPoolExecutor``: interpreter exit joins every executor's
+    threads, so one read that never returns would keep the process from ever
+    exiting. These threads are daemons and can be left behind
+    (:meth:`abandon`); otherwise the epoch joins them (:meth:`join`).
+
+    Example::
+
+        threads = _FetchThreads(1)
+        future = threads.submit(reader.read_sync, 0, [0, 1])
+        threads.shutdown()     # queued reads are cancelled
+        threads.join()         # after the running ones finished
+    """
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._work: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._busy: set[threading.Thread] = set()
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, read: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        """Runs ``read(*args)`` in one of the threads (call from one thread: the loop's)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._work.put((future, read, args))
+        with self._lock:
+            if self._idle:  # an idle thread takes it; reserve it for this read
+                self._idle -= 1
+                return future
+            start = len(self._threads) < self._count
+        if start:
+            thread = threading.Thread(target=self._serve, name="aioload-fetch", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return future
+
+    def _serve(self) -> None:
+        me = threading.current_thread()
+        work = self._work
+        while True:
+            item = work.get()
+            if item is None:
+                return
+            future, read, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            with self._lock:
+                self._busy.add(me)
+            try:
+                result = read(*args)
+            except BaseException as error:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+            finally:
+                with self._lock:
+                    self._busy.discard(me)
+                    self._idle += 1
+            del future, read, args, item  # an abandoned result is dropped at once
+
+    def shutdown(self) -> None:
+        """Cancels the reads not started yet; each thread ends after its current read."""
+        if self._shut:
+            return
+        self._shut = True
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in self._threads:
+            self._work.put(None)
+
+    def join(self) -> None:
+        """Waits for every thread to end (after :meth:`shutdown` and the running reads)."""
+        for thread in self._threads:
+            thread.join()
+
+    def abandon(self) -> None:
+        """Ends the idle threads and leaves the busy ones to finish their read alone.
+
+        A busy thread is renamed ``aioload-abandoned``; once its read returns,
+        its result goes nowhere and the thread ends.
+        """
+        self.shutdown()
+        with self._lock:
+            busy = set(self._busy)
+        for thread in busy:
+            thread.name = _ABANDONED
+        for thread in self._threads:
+            if thread not in busy:
+                thread.join()
 
 
 class InlineBackend:
@@ -72,8 +186,10 @@ class InlineBackend:
             if protocol.thread_safe and not protocol.iterable
             else 1
         )
-        # Created on first use; shut down (threads joined) in aclose().
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._sink = sink
+        self._closed = False
+        # Created on first use; shut down (threads joined or abandoned) in aclose().
+        self._threads: _FetchThreads | None = None
         self._in_thread: set[concurrent.futures.Future[Any]] = set()
         self._stream_lock = asyncio.Lock()
         self.submit: Callable[[int, Any], None]
@@ -91,18 +207,26 @@ class InlineBackend:
         return self._exhausted
 
     async def aclose(self) -> None:
+        self._closed = True
         self._reader.close()  # sync reads waiting to retry give up now
         await self._pool.aclose()
         await self._reader.aclose()
-        executor = self._executor
-        if executor is not None:
+        threads = self._threads
+        if threads is not None:
+            threads.shutdown()
+            if _abandoning(self._sink):
+                threads.abandon()
+                return
             # A sync fetch cannot be interrupted: wait (without blocking the loop)
-            # for the ones running, drop the queued ones, then join the threads.
-            executor.shutdown(wait=False, cancel_futures=True)
-            running = [asyncio.wrap_future(f) for f in self._in_thread if not f.done()]
-            if running:
-                await asyncio.wait(running)
-            executor.shutdown(wait=True)
+            # for the ones running, then join the threads; an epoch abandoned
+            # meanwhile (a Ctrl-C while waiting) stops waiting.
+            running = {asyncio.wrap_future(f) for f in self._in_thread if not f.done()}
+            while running:
+                _, running = await asyncio.wait(running, timeout=_ABANDON_POLL)
+                if running and _abandoning(self._sink):
+                    threads.abandon()
+                    return
+            threads.join()
 
     # -- map-style -------------------------------------------------------
 
@@ -145,20 +269,24 @@ class InlineBackend:
 
     def _in_thread_call(self, seq: int, read: Callable[..., Outcome], *args: Any) -> None:
         """Runs ``read(*args)`` in the backend's threads; its outcome completes batch ``seq``."""
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                self._thread_count, thread_name_prefix="aioload-fetch"
-            )
-        future = self._executor.submit(read, *args)
+        if self._threads is None:
+            self._threads = _FetchThreads(self._thread_count)
+        future = self._threads.submit(read, *args)
         self._in_thread.add(future)
         when_done_on_loop(future, self._loop, self._thread_done, seq)
 
     def _thread_done(self, seq: int, future: concurrent.futures.Future[Outcome]) -> None:
         self._in_thread.discard(future)
-        if future.cancelled():
-            return
+        if future.cancelled() or self._closed:
+            return  # nobody waits for this batch any more (an abandoned read's, say)
         error = future.exception()
         if error is not None:  # the reader returns its errors; this is anything else
             self._deliver(Outcome(seq, error=error))
         else:
             self._deliver_stream(future.result())
+
+
+def _abandoning(sink: OutcomeSink) -> bool:
+    """Whether the epoch (the sink) is abandoned: its running sync reads are not waited for."""
+    # Only the epoch says so (Epoch.abandon); a sink without the flag never abandons.
+    return bool(getattr(sink, "abandoned", False))

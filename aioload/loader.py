@@ -29,7 +29,7 @@ from aioload.backends.reader import WorkerSetup
 from aioload.checkpoint import Checkpoints
 from aioload.collate import default_collate, default_convert
 from aioload.handoff import LoopOutput, ThreadOutput
-from aioload.iteration import AsyncBatchIterator, SyncBatchIterator
+from aioload.iteration import AsyncBatchIterator, ReportedLength, SyncBatchIterator
 from aioload.notebook import check_workers_can_import, is_ipython_loop
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
 from aioload.samplers import GeneratorLike
@@ -316,6 +316,9 @@ class DataLoader(Generic[T_co]):
         # None keeps the default path free of any fault-policy machinery.
         self._policy = policy if policy.active else None
         self._skip_log: SkipLog | None = None  # the latest epoch's skips
+        # What len(loader) last reported for an iterable dataset (torch's
+        # _IterableDataset_len_called): an epoch that overruns it warns.
+        self._len_reported: int | None = None
         self._protocol = protocol
         if collate_fn is None:
             collate_fn = (
@@ -383,7 +386,7 @@ class DataLoader(Generic[T_co]):
 
     def __len__(self) -> int:
         if self._protocol.iterable:
-            length = len(self.dataset)
+            length = self._len_reported = len(self.dataset)
             if self.batch_size is not None:
                 if self.drop_last:
                     return length // self.batch_size
@@ -449,13 +452,19 @@ class DataLoader(Generic[T_co]):
         self._check_interactive_definitions()
         warn_excessive_workers(self.num_workers, stacklevel=2)
         self._warn_if_tensors_cannot_pin()
-        return SyncBatchIterator(self._new_epoch, self.timeout)
+        return SyncBatchIterator(self._new_epoch, self.timeout, self._reported_length())
 
     def __aiter__(self) -> AsyncBatchIterator:
         self._check_interactive_definitions()
         warn_excessive_workers(self.num_workers, stacklevel=2)
         self._warn_if_tensors_cannot_pin()
-        return AsyncBatchIterator(self._new_epoch, self.timeout)
+        return AsyncBatchIterator(self._new_epoch, self.timeout, self._reported_length())
+
+    def _reported_length(self) -> ReportedLength | None:
+        reported = self._len_reported
+        return (
+            None if reported is None else ReportedLength(self.dataset, reported, self.num_workers)
+        )
 
     def _check_interactive_definitions(self) -> None:
         """Refuses, before a worker starts, a dataset (…) defined in a notebook cell."""

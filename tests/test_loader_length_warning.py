@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -130,3 +130,50 @@ def test_same_warnings_as_torch(batch_size: int | None) -> None:
     reported = ReportedLength(dataset, len(dataset))
     assert collect_sync(loader, reported) == expected
     assert collect_async(loader, reported) == expected
+
+
+class Overruns(IterableDataset[int]):
+    """Says it holds 3 samples, yields 5."""
+
+    def __len__(self) -> int:
+        return 3
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(5))
+
+
+def _warned(run: Callable[[], object]) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught if "was reported to be" in str(w.message)]
+
+
+def test_the_loader_warns_after_len_was_asked_and_only_then() -> None:
+    loader = DataLoader(Overruns(), batch_size=None)
+    assert len(_warned(lambda: list(loader))) == 0  # len() never asked: nothing to compare
+    assert len(loader) == 3
+    messages = _warned(lambda: list(loader))
+    assert len(messages) == 2  # batches 4 and 5
+    assert "reported to be 3" in messages[0] and "5 samples have been fetched" in messages[1]
+
+
+def test_the_loader_warns_as_torch_does() -> None:
+    torch = pytest.importorskip("torch")
+
+    class TorchOverruns(torch.utils.data.IterableDataset):  # type: ignore[misc]
+        def __len__(self) -> int:
+            return 3
+
+        def __iter__(self) -> Iterator[int]:
+            return iter(range(5))
+
+    theirs_loader = torch.utils.data.DataLoader(TorchOverruns(), batch_size=None)
+    len(theirs_loader)
+    ours_loader = DataLoader(Overruns(), batch_size=None)
+    len(ours_loader)
+    theirs = _warned(lambda: list(theirs_loader))
+    ours = _warned(lambda: list(ours_loader))
+    assert len(ours) == len(theirs)
+    strip = lambda text: text.split(" was reported", 1)[1]  # noqa: E731 - the dataset's repr differs
+    assert [strip(m) for m in ours] == [strip(m) for m in theirs]

@@ -172,6 +172,11 @@ class ErrorReport:
             error = self._stand_in()
             for note in self.notes:
                 error.add_note(note)
+        elif isinstance(error, SystemExit) and error.code is None and error.args:
+            # Rebuilt without its __init__ (tblib's pickling, which dask installs, does
+            # that): the exit status is in args, as SystemExit.__init__ would have put it.
+            status: Any = error.args[0] if len(error.args) == 1 else error.args
+            error.code = status
         if where is not None:
             error.add_note(f"raised in {where}")
         error.add_note(f"worker traceback:\n{self.traceback.rstrip()}")

@@ -402,7 +402,8 @@ def latency(duration: float, repeat: int) -> None:
 
     print(f"\n4. Latency-bound async dataset: each item awaits asyncio.sleep({DELAY}),")
     print(
-        f"   batch {BATCH}, default prefetch_factor (window = max(16, 2*ceil(concurrency/{BATCH})))."
+        f"   batch {BATCH}, default prefetch_factor "
+        f"(window = max(16, 2*ceil(concurrency/{BATCH})))."
     )
     print("   'bare': the same reads by `concurrency` plain coroutines on uvloop, no aioload.")
     header = (

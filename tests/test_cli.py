@@ -17,6 +17,8 @@ import pytest
 pytest.importorskip("obstore")
 pytest.importorskip("aiohttp")
 
+from marked import marked_processes
+
 from aioload.cli import EXIT_CODES, main
 from aioload.sources import ObjectServer, ShardWriter
 
@@ -27,17 +29,7 @@ QUICK_DEMO = ["--samples", "256", "--samples-per-shard", "16", "--latency-ms", "
 
 def _marked_processes(mark: str) -> list[int]:
     """The processes whose environment carries ``mark`` (a command and all it started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"AIOLOAD_TEST_MARK={mark}".encode() in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    return marked_processes("AIOLOAD_TEST_MARK", mark)
 
 
 def _command(args: list[str], tmp_path: Path) -> tuple[list[str], dict[str, str], str]:

@@ -318,3 +318,19 @@ def test_an_error_report_rebuilds_exits_and_interrupts_as_themselves(
     if code is not None:
         assert isinstance(rebuilt, SystemExit) and rebuilt.code == code
     assert "raised in DataLoader worker 0 (pid 1)" in notes(rebuilt)
+
+
+def test_an_exit_status_survives_tblibs_pickling() -> None:
+    # dask installs tblib's exception pickling, which rebuilds SystemExit without its
+    # __init__ (so without its code); a worker's SystemExit(3) must still exit with 3.
+    pickling_support = pytest.importorskip("tblib.pickling_support")
+    import copyreg
+
+    saved = dict(copyreg.dispatch_table)
+    pickling_support.install(SystemExit)
+    try:
+        rebuilt = ErrorReport.of(SystemExit(3)).rebuild()
+    finally:
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(saved)
+    assert type(rebuilt) is SystemExit and rebuilt.code == 3

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from marked import marked_processes, running
 
 from aioload import DataLoader
 from tests.conftest import wait_until
@@ -52,28 +53,9 @@ class SlowAfterTwo:
         return os.getpid()
 
 
-def _running(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2] not in "ZXx"
-
-
 def _marked(mark: str) -> list[int]:
     """The running processes whose environment holds ``MARK=mark``."""
-    needle = f"{MARK}={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and _running(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    return marked_processes(MARK, mark)
 
 
 def _is_resource_tracker(pid: int) -> bool:
@@ -189,11 +171,11 @@ def test_a_process_killed_with_sigkill_leaves_no_worker(tmp_path: Path, how: str
     try:
         assert process.stdout is not None
         *workers, holder = map(int, process.stdout.readline().split())
-        assert len(workers) == 2 and all(_running(pid) for pid in workers)
+        assert len(workers) == 2 and all(running(pid) for pid in workers)
         process.kill()
         process.wait()
-        assert wait_until(lambda: not any(_running(pid) for pid in workers), GONE_WITHIN), (
-            f"workers left after SIGKILL: {[pid for pid in workers if _running(pid)]}"
+        assert wait_until(lambda: not any(running(pid) for pid in workers), GONE_WITHIN), (
+            f"workers left after SIGKILL: {[pid for pid in workers if running(pid)]}"
         )
         # Nothing else of the killed process stays either (its fork server, say), but
         # the holder and multiprocessing's resource tracker, whose pipe the holder holds.

@@ -91,3 +91,10 @@ __all__ = [
     "rank_and_world_size",
     "split_by_rank_and_worker",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public namespace: what __all__ exports and the module's dunder names, not the
+    # submodules the imports above bind as attributes (wire, handoff, eager, ...); those stay
+    # importable as aioload.<name> but are not advertised to dir(), help() or tab completion.
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

@@ -48,7 +48,7 @@ def _torch() -> Any:
     except ImportError as error:
         raise ImportError(
             "aioload.interop needs torch, which is not installed: "
-            "pip install 'aioload[torch]' (or any torch build)"
+            "pip install torch (any build: the CPU one is enough)"
         ) from error
     return torch
 

@@ -2,7 +2,7 @@
 
 (The module is ``progressbar`` so that it does not shadow the function.)
 
-A thin wrapper around tqdm (the optional extra ``aioload[progress]``): the bar
+A thin wrapper around tqdm (the optional extra ``aioload-data[progress]``): the bar
 counts batches against ``len(loader)`` and shows, in its postfix, the items
 per second and the share of the time the consumer spent waiting for data
 (``stall``, from :meth:`DataLoader.stats() <aioload.DataLoader.stats>`). The
@@ -29,7 +29,7 @@ def _tqdm_class() -> Any:
     except ImportError as error:
         raise ImportError(
             "aioload.progress needs tqdm, which is not installed: "
-            "pip install 'aioload[progress]' (or pip install tqdm)"
+            "pip install 'aioload-data[progress]'"
         ) from error
     return tqdm
 
@@ -171,7 +171,7 @@ def progress(loader: Iterable[Any] | Any, **tqdm_kwargs: Any) -> ProgressBar:
     ``len(loader)`` when the loader has a length); its postfix shows the
     latest epoch's items per second and ``stall``: the share of the time the
     consumer waited for data (near 0%: the model sets the pace; high: the
-    input pipeline does). Needs tqdm: ``pip install 'aioload[progress]'``.
+    input pipeline does). Needs tqdm: ``pip install 'aioload-data[progress]'``.
 
     Args:
         loader: the :class:`~aioload.DataLoader` to iterate.

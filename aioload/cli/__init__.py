@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import re
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -91,21 +94,99 @@ def describe(error: BaseException) -> str:
     return redact_url("; ".join([message.splitlines()[0], *notes]))
 
 
+_ROLE = re.compile(r":[a-z:]+:`(~?)([^`<]+?)(?: <[^`]+>)?`")
+_LITERAL = re.compile(r"``(.+?)``")
+_STRONG = re.compile(r"\*\*(.+?)\*\*")
+
+
+def plain_text(docstring: str, width: int = 79) -> str:
+    """``docstring`` as a terminal shows it: reST roles, literals and bold as plain text.
+
+    Paragraphs and ``- `` list items are filled to ``width``; indented blocks are kept.
+
+    Example::
+
+        >>> plain_text(":class:`~aioload.sources.ObjectServer` waits ``--latency-ms``")
+        'ObjectServer waits --latency-ms'
+    """
+
+    def role(match: re.Match[str]) -> str:
+        target = match.group(2)
+        return target.rsplit(".", 1)[-1] if match.group(1) else target
+
+    text = _ROLE.sub(role, inspect.cleandoc(docstring))
+    text = _STRONG.sub(r"\1", _LITERAL.sub(r"\1", text))
+    paragraphs = []
+    for paragraph in text.split("\n\n"):
+        if paragraph.startswith(" "):
+            paragraphs.append(paragraph)
+            continue
+        items = re.split(r"\n(?=- )", paragraph)
+        paragraphs.append(
+            "\n".join(
+                textwrap.fill(
+                    " ".join(item.split()),
+                    width,
+                    subsequent_indent="  " if item.startswith("- ") else "",
+                    break_on_hyphens=False,
+                )
+                for item in items
+            )
+        )
+    return "\n\n".join(paragraphs).strip()
+
+
+def add_traceback_option(parser: argparse.ArgumentParser, *, command: bool = True) -> None:
+    """``--traceback`` on a command's parser (and on the top-level one, ``command=False``).
+
+    It is accepted before or after the command. A command's copy defaults to unset
+    (``SUPPRESS``), so that it never overwrites a ``--traceback`` given before the command.
+    """
+    parser.add_argument(
+        "--traceback",
+        action="store_true",
+        default=argparse.SUPPRESS if command else False,
+        help="show the traceback of a failure",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aioload",
         description="aioload: an asyncio-native streaming data loader.",
-        epilog="Exit codes: 0 ok, 1 failure, 2 bad arguments or credentials, 3 access denied, "
-        "4 nothing found, 5 endpoint unreachable, 130 interrupted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
+    add_traceback_option(parser, command=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     from aioload.cli import demo, stream  # the commands import the optional extras lazily
 
     demo.add_parser(commands)
     stream.add_parser(commands)
+    # The epilog lists every command with its flags (`aioload COMMAND --help` explains them).
+    lines = []
+    for command in commands.choices.values():
+        lines.extend(_wrap(command.format_usage().removeprefix("usage: "), 79))
+    parser.epilog = (
+        "commands and their flags (aioload COMMAND --help explains each flag):\n"
+        + "\n".join(lines)
+        + "\n\nexit codes: 0 ok, 1 failure, 2 bad arguments or credentials, 3 access denied,\n"
+        "4 nothing found, 5 endpoint unreachable, 130 interrupted."
+    )
     return parser
+
+
+def _wrap(usage: str, width: int) -> list[str]:
+    """One command's usage on lines of at most ``width``, broken between flags."""
+    lines: list[str] = []
+    line = ""
+    for part in re.findall(r"\[[^\]]*\]|\S+", " ".join(usage.split())):
+        if line and len(line) + 1 + len(part) > width:
+            lines.append(line)
+            line = "      " + part
+        else:
+            line = f"{line} {part}" if line else "  " + part
+    return [*lines, line]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from aioload.cli import CommandError, run_async
+from aioload.cli import CommandError, add_traceback_option, plain_text, run_async
 from aioload.cli.meter import Meter, Result, format_table
 
 __all__ = ["Classifier", "add_parser", "decode_sample", "run", "write_dataset"]
@@ -47,7 +47,8 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "demo",
         help="stream a synthetic image dataset from a local object store into training",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=plain_text(__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--latency-ms",
@@ -73,6 +74,7 @@ def add_parser(commands: Any) -> None:
         "--no-torch", action="store_true", help="skip torch's DataLoader even if installed"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_traceback_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -82,8 +84,9 @@ def run(arguments: argparse.Namespace) -> int:
     try:
         from aioload.sources import ObjectServer
     except ImportError as error:
+        cause = error.__cause__ or error  # aioload.sources' own message has a hint of its own
         raise CommandError(
-            f"the demo needs the object-store extra: pip install 'aioload[demo]' ({error})", 2
+            f"the demo needs obstore and aiohttp: pip install 'aioload-data[demo]' ({cause})", 2
         ) from None
     show = not arguments.quiet
     with tempfile.TemporaryDirectory(prefix="aioload-demo-") as folder:

@@ -2,10 +2,12 @@
 
 It reads a store's objects through aioload exactly as a training job would —
 ``ObjectDataset`` over a prefix (``--format raw``) or ``ShardDataset`` over tar
-shards (``--format tar``) — and reports throughput, time to the first batch
-and latency percentiles. Objects are read in full where the fetch runs (in
-each worker with ``--workers``); only their sizes and timings travel to the
-report, so the figure is the store's and the client's, not the transport's.
+shards (``--format tar``; the default, ``--format auto``, picks tar when the
+URL names ``.tar`` shards or every object under the prefix is one) — and
+reports throughput, time to the first batch and latency percentiles. Objects
+are read in full where the fetch runs (in each worker with ``--workers``); only
+their sizes and timings travel to the report, so the figure is the store's and
+the client's, not the transport's.
 
 URLs: ``s3://bucket/prefix/``, ``gs://...``, ``az://...``, ``http(s)://...``,
 ``file:///path/``; a single ``.tar`` shard or a brace pattern of shards
@@ -27,7 +29,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from aioload.cli import EXIT_CODES, CommandError, run_async
+from aioload.cli import EXIT_CODES, CommandError, add_traceback_option, plain_text, run_async
 from aioload.cli.meter import Meter
 from aioload.urls import redact_url
 
@@ -39,7 +41,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "stream",
         help="read your own objects or shards and report throughput and latency",
-        description=__doc__,
+        description=plain_text(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("url", help="s3://, gs://, az://, http(s):// or file:// URL")
@@ -48,7 +50,7 @@ def add_parser(commands: Any) -> None:
         choices=("auto", "raw", "tar"),
         default="auto",
         help="raw: every object is a sample; tar: WebDataset tar shards "
-        "(auto: tar when the URL names .tar shards)",
+        "(auto: tar when the URL names .tar shards or every object under the prefix is one)",
     )
     parser.add_argument("--batch-size", type=int, default=32, help="default: 32")
     parser.add_argument("--workers", type=int, default=0, help="worker processes (default: 0)")
@@ -64,6 +66,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--anonymous", action="store_true", help="unsigned requests (public data)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    add_traceback_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -111,22 +114,33 @@ def run(arguments: argparse.Namespace) -> int:
     try:
         from aioload.sources import ObjectDataset, ShardDataset, expand_urls
     except ImportError as error:
-        raise CommandError(f"{error}: pip install 'aioload[s3]'", 2) from None
+        cause = error.__cause__ or error  # aioload.sources' own message has a hint of its own
+        raise CommandError(
+            f"aioload stream needs obstore, the async object-store client: "
+            f"pip install 'aioload-data[s3]' ({cause})",
+            2,
+        ) from None
     options = _store_options(arguments)
     url = arguments.url
-    tar = arguments.format == "tar" or (
-        arguments.format == "auto" and (url.endswith(".tar") or "{" in url)
-    )
+    _check_credentials(url, options)
+    names_shards = url.endswith(".tar") or "{" in url
+    shards: list[str] | None = None
+    if arguments.format == "tar" or (arguments.format == "auto" and names_shards):
+        shards = expand_urls(url) if names_shards else _list_shards(url, options)
+        chosen = "tar" if arguments.format == "tar" else "tar: the URL names .tar shards"
+    elif arguments.format == "auto":
+        shards = _only_shards(url, options)
+        chosen = "tar: every object under the prefix is a .tar shard" if shards else "raw"
+    else:
+        chosen = "raw"
+    tar = shards is not None
     from aioload import DataLoader
 
     dataset: Any
     sampler: Any = None
-    if tar:
-        urls = (
-            expand_urls(url) if url.endswith(".tar") or "{" in url else _list_shards(url, options)
-        )
-        dataset = ShardDataset(urls, decode=sample_size, **options)
-        what = f"{len(urls)} tar shard{'s' if len(urls) != 1 else ''}"
+    if shards is not None:
+        dataset = ShardDataset(shards, decode=sample_size, **options)
+        what = f"{len(shards)} tar shard{'s' if len(shards) != 1 else ''}"
     else:
         objects = ObjectDataset(url, **options)
         dataset = TimedObjects(objects)
@@ -149,6 +163,8 @@ def run(arguments: argparse.Namespace) -> int:
     if report["samples"] == 0:
         raise CommandError(f"no {'samples' if tar else 'objects'} found at {redact_url(url)}", 4)
     report.update(url=redact_url(url), format="tar" if tar else "raw", source=what)
+    if arguments.format == "auto":
+        report["format_chosen"] = f"auto, {chosen}"
     _print(report, arguments)
     return EXIT_CODES["ok"]
 
@@ -174,16 +190,73 @@ def _store_options(arguments: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+# What the CLI user sets where aioload.sources would name its Python options.
+_CREDENTIALS_HINT = {
+    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS (a service-account key file)",
+    "az": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_KEY)",
+}
+_KIND = {"s3a": "s3", "abfs": "az", "abfss": "az", "adl": "az", "azure": "az"}
+
+
+def _check_credentials(url: str, options: dict[str, Any]) -> None:
+    """Fails with the variables and flags a shell user sets when a cloud URL has no credentials.
+
+    It opens the store (no request is sent) as the dataset would; the check is the one of
+    :func:`aioload.sources.open_store`, whose message names its Python options.
+    """
+    from aioload.sources import expand_urls, open_store
+
+    scheme = urlsplit(url).scheme.lower()
+    kind = _KIND.get(scheme, scheme)
+    if kind not in _CREDENTIALS_HINT:
+        return
+    try:
+        open_store(expand_urls(url)[0] if "{" in url else url, **options)
+    except ValueError as error:
+        if "no credentials" not in str(error):
+            raise
+        raise CommandError(
+            f"{redact_url(url)}: no credentials: set {_CREDENTIALS_HINT[kind]} in the "
+            "environment, or pass --anonymous to read public data unsigned",
+            EXIT_CODES["usage"],
+        ) from error
+
+
+def _prefix(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
 def _list_shards(url: str, options: dict[str, Any]) -> list[str]:
     """The URLs of the ``.tar`` objects under ``url``."""
     from aioload.sources import ObjectDataset
 
-    base = url if url.endswith("/") else url + "/"
+    base = _prefix(url)
     keys = asyncio.run(ObjectDataset(base, **options).listing().collect())
     shards = [base + key for key in keys if key.endswith(".tar")]
     if not shards:
         raise CommandError(f"no .tar shards under {redact_url(base)}", 4)
     return shards
+
+
+def _only_shards(url: str, options: dict[str, Any]) -> list[str] | None:
+    """The URLs of the objects under ``url`` if every one is a ``.tar`` shard, else None.
+
+    The listing stops at the first other object: a prefix of raw objects costs one page.
+    """
+    from aioload.sources import ObjectDataset
+
+    base = _prefix(url)
+
+    async def shards() -> list[str] | None:
+        found = []
+        async for key in ObjectDataset(base, **options).listing():
+            if not key.endswith(".tar"):
+                return None
+            found.append(base + key)
+        return found or None
+
+    return asyncio.run(shards())
 
 
 def _measure(loader: Any, arguments: argparse.Namespace, tar: bool) -> dict[str, Any]:
@@ -248,6 +321,8 @@ def _print(report: dict[str, Any], arguments: argparse.Namespace) -> None:
             + ", ".join(f"p{q} {report[f'latency_p{q}_ms']:.1f} ms" for q in (50, 90, 99))
         )
     print(
-        f"settings: --workers {report['workers']} --batch-size {report['batch_size']} "
-        f"--concurrency {report['concurrency']}"
+        f"settings: --format {report['format']} --workers {report['workers']} "
+        f"--batch-size {report['batch_size']} --concurrency {report['concurrency']}"
     )
+    if "format_chosen" in report:
+        print(f"format: {report['format_chosen']}")

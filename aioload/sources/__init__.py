@@ -1,6 +1,6 @@
 """Ready-made async datasets over object stores: S3, GCS, Azure, HTTP, local files.
 
-Built on obstore (``pip install 'aioload[s3]'``)::
+Built on obstore (``pip install 'aioload-data[s3]'``)::
 
     from aioload import DataLoader
     from aioload.sources import ObjectDataset, ShardDataset, default_decode
@@ -28,7 +28,7 @@ try:
     import obstore as _obstore  # noqa: F401
 except ImportError as error:  # pragma: no cover - depends on the installation
     raise ImportError(
-        "aioload.sources needs obstore, the async object-store client: pip install 'aioload[s3]'"
+        "aioload.sources needs obstore (object stores): pip install 'aioload-data[s3]'"
     ) from error
 
 from aioload.errors import TarFormatError
@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
             import aiohttp  # noqa: F401
         except ImportError as error:
             raise ImportError(
-                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload[s3]'"
+                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload-data[s3]'"
             ) from error
         from aioload.sources.server import ObjectServer
 

@@ -35,7 +35,7 @@ class Echo(aioload.Dataset[Any]):
         return 8
 
     def __getitem__(self, key: Any) -> Any:
-        return {"key": np.asarray(key)}
+        return {"key": np.asarray(key), "kind": type(key).__name__}
 
 
 class TupleBatches(Sampler[tuple[int, ...]]):
@@ -82,7 +82,9 @@ def test_a_batch_samplers_tuples_are_sequences_of_keys(
     backend: str, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
     loader = DataLoader(Echo(), batch_sampler=TupleBatches(), **options(backend, pool))
-    assert [batch["key"].tolist() for batch in loader] == [[0, 1, 2], [3, 4], [5, 6, 7]]
+    batches = list(loader)
+    assert [batch["key"].tolist() for batch in batches] == [[0, 1, 2], [3, 4], [5, 6, 7]]
+    assert [batch["kind"] for batch in batches] == [["int"] * 3, ["int"] * 2, ["int"] * 3]
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
@@ -90,7 +92,9 @@ def test_a_batch_samplers_arrays_are_sequences_of_keys(
     backend: str, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
     loader = DataLoader(Echo(), batch_sampler=ArrayBatches(), **options(backend, pool))
-    assert [batch["key"].tolist() for batch in loader] == [[1, 0], [7]]
+    batches = list(loader)
+    assert [batch["key"].tolist() for batch in batches] == [[1, 0], [7]]
+    assert all(len(batch["kind"]) == len(batch["key"]) for batch in batches)  # one per key
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
@@ -98,20 +102,27 @@ def test_without_automatic_batching_a_list_is_one_key(
     backend: str, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
     loader = DataLoader(Echo(), sampler=ListKeys(), batch_size=None, **options(backend, pool))
-    assert [sample["key"].tolist() for sample in loader] == [[0, 1], [2, 3]]
+    samples = list(loader)
+    assert [sample["key"].tolist() for sample in samples] == [[0, 1], [2, 3]]
+    assert [sample["kind"] for sample in samples] == ["list", "list"]
 
 
 def test_the_same_as_torch() -> None:
     torch = pytest.importorskip("torch")
     theirs = [
-        batch["key"].tolist()
+        (batch["key"].tolist(), batch["kind"])
         for batch in torch.utils.data.DataLoader(Echo(), batch_sampler=TupleBatches())
     ]
-    ours = [batch["key"].tolist() for batch in DataLoader(Echo(), batch_sampler=TupleBatches())]
+    ours = [
+        (batch["key"].tolist(), batch["kind"])
+        for batch in DataLoader(Echo(), batch_sampler=TupleBatches())
+    ]
     assert ours == theirs
     one_key = torch.utils.data.DataLoader(Echo(), sampler=ListKeys(), batch_size=None)
     ours_one = DataLoader(Echo(), sampler=ListKeys(), batch_size=None)
-    assert [s["key"].tolist() for s in ours_one] == [s["key"].tolist() for s in one_key]
+    assert [(s["key"].tolist(), s["kind"]) for s in ours_one] == [
+        (s["key"].tolist(), s["kind"]) for s in one_key
+    ]
 
 
 def test_dataloader_is_generic() -> None:

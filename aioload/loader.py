@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar
 
@@ -31,6 +30,7 @@ from aioload.collate import default_collate, default_convert
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import AsyncBatchIterator, ReportedLength, SyncBatchIterator
 from aioload.notebook import check_workers_can_import, is_ipython_loop
+from aioload.pin_stage import Pinner
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
 from aioload.samplers import GeneratorLike
 from aioload.scheduler import Epoch
@@ -334,8 +334,7 @@ class DataLoader(Generic[T_co]):
             batch_sampler=self.batch_sampler,
             executor=executor,
         )
-        self._pin_pool: Any = None
-        self._pin_lock = threading.Lock()
+        self._pinner = Pinner()
         self._stats = StatsRecorder()
         self._backends = Backends(
             protocol,
@@ -517,7 +516,7 @@ class DataLoader(Generic[T_co]):
             in_order=self.in_order,
             output=output,
             loop=loop,
-            pin=self._pinner() if self.pin_memory else None,
+            pin=self._pinner.for_device(self.pin_memory_device) if self.pin_memory else None,
             skips=skips,
             progress=plan.received,
             on_iter=plan.on_iter,
@@ -590,9 +589,11 @@ class DataLoader(Generic[T_co]):
             state: the dict :meth:`state_dict` returned, possibly through JSON.
 
         Raises:
-            ValueError: the state is not a DataLoader state of this version, or
-                does not fit this loader (a generator state where it has none,
-                a sampler state where its sampler has no ``state_dict``, ...).
+            ValueError: the state is not a DataLoader state of this version,
+                was altered, or does not fit this loader (another batch size,
+                ``drop_last``, dataset length, sampler, ``in_order``; a generator
+                state where it has none, ...): the error names the field, and
+                nothing was loaded.
             TypeError: as :meth:`state_dict`.
 
         Example::
@@ -618,17 +619,3 @@ class DataLoader(Generic[T_co]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _pinner(self) -> Callable[[Any], Any]:
-        from aioload.pinning import PinnedBufferPool, pin_batch
-
-        with self._pin_lock:
-            if self._pin_pool is None:
-                self._pin_pool = PinnedBufferPool()
-            pool = self._pin_pool
-        device = self.pin_memory_device
-
-        def pin(batch: Any) -> Any:
-            return pin_batch(batch, pool, device=device)
-
-        return pin

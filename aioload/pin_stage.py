@@ -17,9 +17,38 @@ from typing import Any
 
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 
-__all__ = ["PinThread"]
+__all__ = ["PinThread", "Pinner"]
 
 _STOP = Delivery(-1)
+
+
+class Pinner:
+    """A loader's pinning: one pool of page-locked buffers for all its epochs, made when
+    first needed (pinning is optional, and the pool's buffers are locked memory).
+
+    Example::
+
+        pinner = Pinner()
+        pin = pinner.for_device("")     # what a PinThread calls on each batch
+    """
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    def for_device(self, device: str) -> Callable[[Any], Any]:
+        """What pins one batch for ``device`` (the loader's ``pin_memory_device``)."""
+        from aioload.pinning import PinnedBufferPool, pin_batch
+
+        with self._lock:  # two epochs may start at once, from two threads
+            if self._pool is None:
+                self._pool = PinnedBufferPool()
+            pool = self._pool
+
+        def pin(batch: Any) -> Any:
+            return pin_batch(batch, pool, device=device)
+
+        return pin
 
 
 class PinThread:

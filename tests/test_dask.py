@@ -198,6 +198,32 @@ def test_batches_dask_gives_up_are_submitted_again(client: Any, executor: Any) -
     assert any("keys [" in note for note in caught.value.__notes__)
 
 
+def test_a_task_dask_gave_up_is_resubmitted_and_counted_as_a_restart(
+    executor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # dask cancels a task whose result died with its worker; the backend submits the batch
+    # again. Stand in for that loss on batch 2's first submission, deterministically.
+    from aioload.backends.executor import ExecutorBackend
+
+    submit = ExecutorBackend._submit_to_dask
+    lost: list[int] = []
+
+    def losing_batch_two(self: Any, seq: int, args: tuple[Any, ...]) -> Any:
+        if seq == 2 and not lost:
+            lost.append(seq)
+            gone: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            gone.cancel()
+            return gone
+        return submit(self, seq, args)
+
+    monkeypatch.setattr(ExecutorBackend, "_submit_to_dask", losing_batch_two)
+    loader = DataLoader(WhereAmI(24), batch_size=4, executor=executor)
+    keys = [int(k) for batch in loader for k in batch[0]]
+    assert keys == list(range(24))
+    assert lost == [2]
+    assert loader.stats().epoch.worker_restarts == 1
+
+
 def test_a_killed_worker_loses_no_sample(client: Any, executor: Any) -> None:
     # Runs last: the cluster's nanny restarts the killed worker.
     pids = client.run(os.getpid)

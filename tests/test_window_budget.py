@@ -20,8 +20,8 @@ from aioload.arguments import DEFAULT_WINDOW_BYTES
 class BigItems(Dataset[np.ndarray]):
     """Async items of ``nbytes`` bytes; counts how many are alive at once (in flight)."""
 
-    def __init__(self, n: int, nbytes: int) -> None:
-        self.n, self.nbytes = n, nbytes
+    def __init__(self, n: int, nbytes: int, delay: float = 0.001) -> None:
+        self.n, self.nbytes, self.delay = n, nbytes, delay
         self.in_flight = 0
         self.most_in_flight = 0
 
@@ -31,7 +31,7 @@ class BigItems(Dataset[np.ndarray]):
     async def __getitem__(self, key: int) -> np.ndarray:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(self.delay)
         self.in_flight -= 1
         return np.zeros(self.nbytes, dtype=np.uint8)
 
@@ -55,7 +55,7 @@ async def test_big_batches_shrink_the_default_window_to_the_budget() -> None:
 
 @pytest.mark.asyncio
 async def test_small_batches_open_the_window_fully() -> None:
-    dataset = BigItems(2000, 16)
+    dataset = BigItems(2000, 16, delay=0.02)  # slow enough for the window to fill
     loader: DataLoader[Any] = DataLoader(dataset, batch_size=4, concurrency=256)
     count = 0
     async for _ in loader:
@@ -66,7 +66,8 @@ async def test_small_batches_open_the_window_fully() -> None:
 
 
 def test_an_explicit_prefetch_factor_is_not_sized_down() -> None:
-    dataset = BigItems(64, 8 << 20)
+    # Items slow enough that all 16 batches are submitted before the first one is done.
+    dataset = BigItems(64, 8 << 20, delay=0.2)
     loader = DataLoader(dataset, batch_size=4, prefetch_factor=16)
     assert sum(1 for _ in loader) == 16
     assert dataset.most_in_flight > 4 * 4  # the first read starts all 16 batches at once

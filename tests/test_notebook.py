@@ -71,6 +71,9 @@ def kernel_manager(tmp_path: Path) -> Iterator[KernelManager]:
     finally:
         manager.shutdown_kernel(now=True)
         manager.cleanup_resources()
+        # The clients' sockets and the context's I/O thread, which would otherwise linger
+        # (reconnecting to the dead kernel) and open descriptors during later tests.
+        manager.context.destroy(linger=0)
 
 
 @pytest.fixture
@@ -99,7 +102,13 @@ def _run_notebook(manager: KernelManager, tmp_path: Path, cells: list[str]) -> l
         allow_errors=False,
         resources={"metadata": {"path": str(tmp_path)}},
     )
-    client.execute()
+    try:
+        client.execute(cleanup_kc=False)
+    finally:
+        # nbclient leaves the heartbeat channel of a kernel it did not start running: its
+        # thread would go on pinging the dead kernel, opening sockets during later tests.
+        if client.kc is not None:
+            client.kc.stop_channels()
     return [cell.outputs for cell in notebook.cells]
 
 

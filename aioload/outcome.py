@@ -45,8 +45,3 @@ class Outcome(NamedTuple):
     worker: int | None = None
     empty: bool = False
     end: bool = False
-
-    @property
-    def nothing(self) -> bool:
-        """There is no batch to deliver for this sequence number (not an error)."""
-        return self.empty or self.end

@@ -141,11 +141,6 @@ class BatchReader:
                 error.add_note(f"raised while opening the dataset's stream ({method})")
                 self._open_error, self._open_failed = error, True
 
-    @property
-    def guarded(self) -> bool:
-        """Whether a fault policy reads (retries may wait between attempts)."""
-        return self._guard is not None
-
     def close(self) -> None:
         """The epoch is closing: sync reads waiting to retry give up now (any thread)."""
         if self._guard is not None:

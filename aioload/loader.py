@@ -28,7 +28,13 @@ from aioload.backends.reader import WorkerSetup
 from aioload.checkpoint import Checkpoints
 from aioload.collate import default_collate, default_convert
 from aioload.handoff import LoopOutput, ThreadOutput
-from aioload.iteration import AsyncBatchIterator, ReportedLength, SyncBatchIterator
+from aioload.iteration import (
+    AsyncBatchIterator,
+    EpochFactory,
+    ReportedLength,
+    SyncBatchIterator,
+)
+from aioload.main_module import check_script_for_workers
 from aioload.notebook import check_workers_can_import, is_ipython_loop
 from aioload.pin_stage import Pinner
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
@@ -448,16 +454,24 @@ class DataLoader(Generic[T_co]):
                     "loop (it would block the loop); use `async for batch in loader` instead "
                     "(IPython and Jupyter cells are exempt: there `for` blocks the cell)"
                 )
-        self._check_interactive_definitions()
+        self._check_workers_can_start()
         warn_excessive_workers(self.num_workers, stacklevel=2)
         self._warn_if_tensors_cannot_pin()
-        return SyncBatchIterator(self._new_epoch, self.timeout, self._reported_length())
+        new_epoch = self._prepare_epoch(offload_sync=self.timeout > 0)
+        return SyncBatchIterator(new_epoch, self.timeout, self._reported_length())
 
     def __aiter__(self) -> AsyncBatchIterator:
-        self._check_interactive_definitions()
+        self._check_workers_can_start()
         warn_excessive_workers(self.num_workers, stacklevel=2)
         self._warn_if_tensors_cannot_pin()
         return AsyncBatchIterator(self._new_epoch, self.timeout, self._reported_length())
+
+    def _new_epoch(
+        self, loop: asyncio.AbstractEventLoop, output: LoopOutput | ThreadOutput, offload: bool
+    ) -> Epoch:
+        # Made on the loop at once (the first __anext__ of async for): workers fork on
+        # the loop's thread if nothing else runs.
+        return self._prepare_epoch(offload)(loop, output, offload)
 
     def _reported_length(self) -> ReportedLength | None:
         reported = self._len_reported
@@ -465,16 +479,19 @@ class DataLoader(Generic[T_co]):
             None if reported is None else ReportedLength(self.dataset, reported, self.num_workers)
         )
 
-    def _check_interactive_definitions(self) -> None:
-        """Refuses, before a worker starts, a dataset (…) defined in a notebook cell."""
-        if self.num_workers > 0 and self.executor is None:
-            objects = {
-                "dataset": self.dataset,
-                "collate_fn": self.collate_fn,
-                "worker_init_fn": self.worker_init_fn,
-                "policy": self._policy,
-            }
-            check_workers_can_import(objects, self.multiprocessing_context)
+    def _check_workers_can_start(self) -> None:
+        """Refuses, before a worker starts, what workers would fail to import or run."""
+        method = self._backends.start_method_now(self.multiprocessing_context)
+        if method is None:
+            return
+        objects = {
+            "dataset": self.dataset,
+            "collate_fn": self.collate_fn,
+            "worker_init_fn": self.worker_init_fn,
+            "policy": self._policy,
+        }
+        check_workers_can_import(objects, method)
+        check_script_for_workers(objects, method)
 
     def _warn_if_tensors_cannot_pin(self) -> None:
         # Called by __iter__/__aiter__: the warning points at the line that iterates.
@@ -483,12 +500,27 @@ class DataLoader(Generic[T_co]):
 
             warn_if_tensors_cannot_pin(self.pin_memory_device, stacklevel=3)
 
-    def _new_epoch(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        output: LoopOutput | ThreadOutput,
-        offload_sync: bool,
-    ) -> Epoch:
+    def _prepare_epoch(self, offload_sync: bool) -> EpochFactory:
+        """Everything of a new epoch but its loop: what makes the epoch on the loop.
+
+        Called in the thread that iterates, before aioload starts a thread for
+        the epoch, so that the epoch's workers can be forked (see
+        :mod:`aioload.backends.start_method`). An error is raised where the
+        epoch would have been made, as if it had happened there.
+        """
+        try:
+            made = self._epoch_parts(offload_sync)
+        except Exception as error:
+            failure = error
+
+            def made(*_: Any) -> Epoch:
+                raise failure
+
+        return lambda loop, output, _offload: made(loop, output)
+
+    def _epoch_parts(
+        self, offload_sync: bool
+    ) -> Callable[[asyncio.AbstractEventLoop, LoopOutput | ThreadOutput], Epoch]:
         plan = self._checkpoints.start_epoch()
         policy = self._policy
         skips = None
@@ -507,22 +539,27 @@ class DataLoader(Generic[T_co]):
             offload_sync=offload_sync,
             multiprocessing_context=self.multiprocessing_context,
             max_worker_restarts=self.max_worker_restarts,
-        )
-        return Epoch(
-            None if self._protocol.iterable else self._index_sampler,
-            make_backend,
-            window=self._window,
-            window_bytes=self._window_bytes,
             in_order=self.in_order,
-            output=output,
-            loop=loop,
-            pin=self._pinner.for_device(self.pin_memory_device) if self.pin_memory else None,
-            skips=skips,
-            progress=plan.received,
-            on_iter=plan.on_iter,
-            fast_forward=plan.fast_forward,
-            stats=stats,
         )
+
+        def made(loop: asyncio.AbstractEventLoop, output: LoopOutput | ThreadOutput) -> Epoch:
+            return Epoch(
+                None if self._protocol.iterable else self._index_sampler,
+                make_backend,
+                window=self._window,
+                window_bytes=self._window_bytes,
+                in_order=self.in_order,
+                output=output,
+                loop=loop,
+                pin=self._pinner.for_device(self.pin_memory_device) if self.pin_memory else None,
+                skips=skips,
+                progress=plan.received,
+                on_iter=plan.on_iter,
+                fast_forward=plan.fast_forward,
+                stats=stats,
+            )
+
+        return made
 
     def _worker_setup(self) -> WorkerSetup:
         """What reading this epoch's batches needs, wherever they are read."""

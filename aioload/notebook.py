@@ -22,17 +22,14 @@ lookups and nothing where IPython is not loaded.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import multiprocessing.context
 import pickle
 import sys
 import threading
 from collections.abc import Mapping
 
-__all__ = ["check_workers_can_import", "is_ipython_loop"]
+from aioload.main_module import main_defined
 
-_WALK_DEPTH = 3  # how deep into the objects' attributes and containers the check looks
-_WALK_LIMIT = 1000  # and how many objects it looks at, at most
+__all__ = ["check_workers_can_import", "is_ipython_loop"]
 
 
 def is_ipython_loop(loop: asyncio.AbstractEventLoop) -> bool:
@@ -82,16 +79,14 @@ def is_ipython_loop(loop: asyncio.AbstractEventLoop) -> bool:
     return helpers is not None and getattr(helpers, "_asyncio_event_loop", None) is loop
 
 
-def check_workers_can_import(
-    objects: Mapping[str, object],
-    multiprocessing_context: multiprocessing.context.BaseContext | str | None,
-) -> None:
+def check_workers_can_import(objects: Mapping[str, object], start_method: str) -> None:
     """Refuses what workers would fail to unpickle: objects defined in an interactive ``__main__``.
 
-    ``objects`` maps a name (``"dataset"``) to what the workers receive. Only
-    an interactive ``__main__`` (a notebook or a REPL: no file to run again in
-    the worker) and a start method other than ``fork`` are concerned; the check
-    then looks a few levels into the objects' attributes and containers.
+    ``objects`` maps a name (``"dataset"``) to what the workers receive, which
+    start with ``start_method``. Only an interactive ``__main__`` (a notebook
+    or a REPL: no file to run again in the worker) and a start method other
+    than ``fork`` are concerned; the check then looks a few levels into the
+    objects' attributes and containers (:func:`aioload.main_module.main_defined`).
 
     Raises:
         pickle.PicklingError: naming the object defined in ``__main__`` and the
@@ -100,65 +95,20 @@ def check_workers_can_import(
 
     Example::
 
-        >>> check_workers_can_import({"dataset": [1, 2, 3]}, None)   # nothing from __main__
+        >>> check_workers_can_import({"dataset": [1, 2, 3]}, "spawn")   # nothing from __main__
     """
     main = sys.modules.get("__main__")
     if main is None or getattr(main, "__file__", None) or getattr(main, "__spec__", None):
         return
-    if isinstance(multiprocessing_context, multiprocessing.context.BaseContext):
-        method = multiprocessing_context.get_start_method()
-    elif multiprocessing_context is None:
-        methods = multiprocessing.get_all_start_methods()
-        method = "forkserver" if "forkserver" in methods else "spawn"
-    else:
-        method = multiprocessing_context
-    if method == "fork":
+    if start_method == "fork":
         return
-    seen: set[int] = set()
-    for name, obj in objects.items():
-        found = _main_defined(obj, name, 0, seen)
-        if found is not None:
-            path, culprit = found
-            named = culprit if isinstance(culprit, type) or callable(culprit) else type(culprit)
-            what = getattr(named, "__qualname__", None) or type(culprit).__qualname__
-            raise pickle.PicklingError(
-                f"cannot send {path} (__main__.{what}) to the worker processes: it is "
-                f"defined in the notebook or interactive session (module __main__), and "
-                f"workers started with {method!r} import it by name from their own "
-                f"__main__, where it does not exist. Define it in a module and import it "
-                f"from there, or pass multiprocessing_context='fork', or use num_workers=0"
-            )
-
-
-def _main_defined(obj: object, path: str, depth: int, seen: set[int]) -> tuple[str, object] | None:
-    """The first object under ``obj`` (itself included) defined in ``__main__``, with its path."""
-    if id(obj) in seen or len(seen) >= _WALK_LIMIT:
-        return None
-    seen.add(id(obj))
-    try:
-        module = getattr(obj, "__module__", None)
-    except Exception:  # an object whose attribute lookup fails pickles (or fails) on its own
-        return None
-    if module == "__main__":
-        return path, obj
-    if depth >= _WALK_DEPTH or isinstance(obj, str | bytes | int | float | type):
-        return None
-    parts: list[tuple[str, object]] = []
-    if isinstance(obj, dict):
-        items = itertools.islice(obj.items(), _WALK_LIMIT)
-        parts = [(f"{path}[{key!r}]", value) for key, value in items]
-    elif isinstance(obj, list | tuple):
-        values = itertools.islice(obj, _WALK_LIMIT)
-        parts = [(f"{path}[{index}]", value) for index, value in enumerate(values)]
-    else:
-        try:
-            state = vars(obj)
-        except TypeError:
-            state = None
-        if isinstance(state, dict):
-            parts = [(f"{path}.{name}", value) for name, value in state.items()]
-    for part_path, value in parts:
-        found = _main_defined(value, part_path, depth + 1, seen)
-        if found is not None:
-            return found
-    return None
+    for path, culprit in main_defined(objects):
+        named = culprit if isinstance(culprit, type) or callable(culprit) else type(culprit)
+        what = getattr(named, "__qualname__", None) or type(culprit).__qualname__
+        raise pickle.PicklingError(
+            f"cannot send {path} (__main__.{what}) to the worker processes: it is "
+            f"defined in the notebook or interactive session (module __main__), and "
+            f"workers started with {start_method!r} import it by name from their own "
+            f"__main__, where it does not exist. Define it in a module and import it "
+            f"from there, or pass multiprocessing_context='fork', or use num_workers=0"
+        )

@@ -140,9 +140,13 @@ def test_workers_refuse_a_dataset_of_an_interactive_main(
     interactive_main: types.ModuleType,
 ) -> None:
     with pytest.raises(pickle.PicklingError, match=r"cannot send dataset \(__main__\.Squares\)"):
-        iter(DataLoader(Squares(), batch_size=4, num_workers=2))
+        iter(DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="forkserver"))
     with pytest.raises(pickle.PicklingError, match=r"dataset\.dataset \(__main__\.Squares\)"):
-        iter(DataLoader(Subset(Squares(), [0, 1]), num_workers=2))
+        iter(
+            DataLoader(
+                Subset(Squares(), [0, 1]), num_workers=2, multiprocessing_context="forkserver"
+            )
+        )
     with pytest.raises(pickle.PicklingError, match=r"collate_fn \(__main__\._collate\).*'spawn'"):
         DataLoader(
             ArrayDataset(np.arange(4)),
@@ -154,7 +158,7 @@ def test_workers_refuse_a_dataset_of_an_interactive_main(
 
 def test_what_workers_can_import_passes(interactive_main: types.ModuleType) -> None:
     check_workers_can_import({"dataset": Squares()}, "fork")  # fork inherits __main__
-    check_workers_can_import({"dataset": ArrayDataset(np.arange(4))}, None)
+    check_workers_can_import({"dataset": ArrayDataset(np.arange(4))}, "forkserver")
     check_workers_can_import({"dataset": list(range(10_000)), "collate_fn": None}, "spawn")
     assert [batch.tolist() for batch in DataLoader(Squares(), batch_size=4)] == [
         [0, 1, 4, 9],
@@ -167,4 +171,4 @@ def test_a_script_main_is_not_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     main.__file__ = "train.py"  # workers import the script again
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(Squares, "__module__", "__main__")
-    check_workers_can_import({"dataset": Squares()}, None)
+    check_workers_can_import({"dataset": Squares()}, "forkserver")

@@ -29,9 +29,10 @@ import anyio.abc
 from aioload.backends.base import Backend, BackendFactory, OutcomeSink
 from aioload.backends.executor import ExecutorBackend, executor_size
 from aioload.backends.inline import InlineBackend
-from aioload.backends.pool import WorkerPool, start_method_context
+from aioload.backends.pool import WorkerPool
 from aioload.backends.processes import ProcessBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
+from aioload.backends.start_method import auto_start_method, start_method_context
 from aioload.checkpoint import EpochPlan
 from aioload.fetch import DatasetProtocol
 from aioload.stats import EpochRecorder
@@ -76,6 +77,21 @@ class Backends:
         self._pool: WorkerPool | None = None  # the persistent workers, once started
         self._pool_lock = threading.Lock()
 
+    def start_method_now(self, multiprocessing_context: Any) -> str | None:
+        """How worker processes would start if an epoch began now; None: none would.
+
+        ``multiprocessing_context``: the loader's; left unset, aioload's choice
+        (see :mod:`aioload.backends.start_method`). None for an inline or
+        executor backend, or persistent workers that are running.
+        """
+        if self._num_workers == 0 or self._executor is not None:
+            return None
+        with self._pool_lock:
+            if self._persistent and self._pool is not None and not self._pool.closed:
+                return None
+        context = start_method_context(multiprocessing_context)
+        return auto_start_method() if context is None else context.get_start_method()
+
     def for_epoch(
         self,
         setup: WorkerSetup,
@@ -85,6 +101,7 @@ class Backends:
         offload_sync: bool,
         multiprocessing_context: Any,
         max_worker_restarts: int,
+        in_order: bool = True,
     ) -> BackendFactory:
         """What builds this epoch's backend inside the epoch's scope.
 
@@ -96,9 +113,13 @@ class Backends:
             offload_sync: inline: read a sync dataset in a thread.
             multiprocessing_context: the start method of new worker processes.
             max_worker_restarts: worker deaths (or dask resubmits) the epoch survives.
+            in_order: batches are yielded in order (workers get them round-robin;
+                otherwise the least busy worker gets the next one).
         """
         if self._num_workers > 0:
-            return self._processes(setup, plan, stats, multiprocessing_context, max_worker_restarts)
+            return self._processes(
+                setup, plan, stats, multiprocessing_context, max_worker_restarts, in_order
+            )
         if self._executor is not None:
             return self._executor_tasks(setup, plan, stats, max_worker_restarts)
         protocol = self._protocol
@@ -125,6 +146,7 @@ class Backends:
         stats: EpochRecorder,
         context: Any,
         max_restarts: int,
+        in_order: bool,
     ) -> BackendFactory:
         setup = dataclasses.replace(setup, num_workers=self._num_workers)
         if self._persistent:
@@ -134,6 +156,9 @@ class Backends:
                 pool = self._pool
         else:
             pool = self._new_pool(setup, context, plan.base_seed)
+        # Before the epoch starts a thread: then the workers can be forked (safe, and
+        # fast: the dataset is inherited, not pickled).
+        pool.fork_now()
         epoch = next(self._epochs)
         # A tracked stream: a resumed epoch starts each worker's stream where the
         # checkpoint left it.
@@ -153,6 +178,7 @@ class Backends:
                 resume_streams=resume_streams,
                 first_worker=first_worker,
                 stats=stats,
+                in_order=in_order,
             )
 
         return make_backend

@@ -46,11 +46,12 @@ from multiprocessing import forkserver
 from typing import Any
 
 from aioload.backends.reader import WorkerSetup
+from aioload.backends.start_method import fallback_context, fork_is_safe
 from aioload.backends.worker_process import worker_main
 from aioload.transport import SegmentReader
 from aioload.wire import Command, command_frame, result_socket_pair
 
-__all__ = ["WorkerPool", "pickle_setup", "start_method_context", "warm_forkserver"]
+__all__ = ["WorkerPool", "pickle_setup", "warm_forkserver"]
 
 _STOP_GRACE = 2.0  # seconds a worker gets to exit after STOP before it is terminated
 _TERMINATE_GRACE = 1.0  # then after SIGTERM, before SIGKILL
@@ -209,7 +210,9 @@ class WorkerPool:
 
     Args:
         setup: what every worker receives.
-        context: the multiprocessing context that starts them.
+        context: the multiprocessing context that starts them; None leaves the
+            choice to aioload: :meth:`fork_now` forks them when that is safe,
+            and :meth:`start` uses :func:`fallback_context` for the others.
         base_seed: worker ``i`` seeds its generators with ``base_seed + i``.
         keep_free: idle shared-memory segments kept per worker for reuse.
     """
@@ -217,13 +220,12 @@ class WorkerPool:
     def __init__(
         self,
         setup: WorkerSetup,
-        context: multiprocessing.context.BaseContext,
+        context: multiprocessing.context.BaseContext | None,
         base_seed: int,
         keep_free: int,
     ) -> None:
         self._setup = setup
         self._context = context
-        self._method = context.get_start_method()
         self.base_seed = base_seed
         self._keep_free = keep_free
         self._blob: bytes | None = None
@@ -250,21 +252,45 @@ class WorkerPool:
             self.workers[handle.id] = new
             return new
 
-    def start(self, handles: list[_Handle]) -> None:
-        """Starts the processes of ``handles`` (blocking: call it in a thread)."""
+    def fork_now(self) -> bool:
+        """Forks the workers not started yet, now, if aioload chooses the start method and
+        forking is safe (see :mod:`aioload.backends.start_method`); True if it did.
+
+        Call it from the thread that iterates, before aioload starts a thread
+        of its own for the epoch. It blocks for the forks (a few milliseconds
+        each: the page tables are copied, not the memory).
+        """
+        waiting = [handle for handle in self.workers if not handle.started]
+        if self._context is not None or self.closed or not waiting or not fork_is_safe():
+            return False
+        self.start(waiting, multiprocessing.get_context("fork"))
+        return True
+
+    def start(
+        self,
+        handles: list[_Handle],
+        context: multiprocessing.context.BaseContext | None = None,
+    ) -> None:
+        """Starts the processes of ``handles`` (blocking: call it in a thread).
+
+        ``context``: the start method; by default the pool's, or
+        :func:`fallback_context` when the pool leaves it to aioload.
+        """
         with self._lock:
             if self.closed:
                 raise RuntimeError("the DataLoader's worker pool is closed")
-            warm_forkserver(self._context)
+            context = context or self._context or fallback_context()
+            method = context.get_start_method()
+            warm_forkserver(context)
             setup: WorkerSetup | bytes = self._setup
-            if self._method != "fork":
+            if method != "fork":
                 if self._blob is None:
-                    self._blob = pickle_setup(self._setup, self._method)
+                    self._blob = pickle_setup(self._setup, method)
                 setup = self._blob
             for handle in handles:
                 if handle.started:
                     continue
-                process = self._context.Process(  # type: ignore[attr-defined]
+                process = context.Process(  # type: ignore[attr-defined]
                     target=worker_main,
                     args=(
                         handle.id,
@@ -371,18 +397,6 @@ class WorkerPool:
                 process.join()
             process.close()
         handle.close()
-
-
-def start_method_context(
-    context: multiprocessing.context.BaseContext | str | None,
-) -> multiprocessing.context.BaseContext:
-    """The context workers start with: the given one, or ``forkserver`` (see the loader docs)."""
-    if isinstance(context, multiprocessing.context.BaseContext):
-        return context
-    if context is None:
-        methods = multiprocessing.get_all_start_methods()
-        context = "forkserver" if "forkserver" in methods else "spawn"
-    return multiprocessing.get_context(context)
 
 
 def warm_forkserver(context: multiprocessing.context.BaseContext) -> None:

@@ -83,6 +83,9 @@ class ProcessBackend:
             request to that worker.
         first_worker: the worker whose turn comes first (resumed epochs).
         stats: the epoch's stats recorder, which counts worker restarts.
+        in_order: batches are yielded in order: they go to the workers
+            round-robin. Otherwise each goes to the worker with the fewest
+            batches in flight, so a stalled worker holds back only its own.
     """
 
     def __init__(
@@ -98,8 +101,10 @@ class ProcessBackend:
         resume_streams: list[Any] | None = None,
         first_worker: int = 0,
         stats: EpochRecorder | None = None,
+        in_order: bool = True,
     ) -> None:
         self._stats = stats
+        self._in_order = in_order
         self._pool = pool
         self._resume_streams = list(resume_streams) if resume_streams is not None else None
         self._owns_pool = owns_pool
@@ -272,7 +277,19 @@ class ProcessBackend:
     def _choose(self) -> _Handle:
         # Round-robin, as torch: batch i goes to worker i % num_workers, so a seeded
         # run gives every batch to the same worker (and its random state) again.
+        # Out of order, as torch too, the next batch goes where a slot is free: to
+        # the least busy worker (round-robin among equals).
         workers = self._pool.workers
+        if not self._in_order:
+            turn = next(self._round_robin)
+            count = len(workers)
+            live = [
+                workers[(turn + step) % count]
+                for step in range(count)
+                if (turn + step) % count not in self._exhausted_workers
+            ]
+            if live:
+                return min(live, key=lambda handle: len(self._held.get(handle.id, ())))
         for _ in workers:
             worker_id = next(self._round_robin)
             if worker_id not in self._exhausted_workers:

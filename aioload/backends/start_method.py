@@ -1,0 +1,102 @@
+"""How worker processes start: ``fork`` where it is safe, the fork server otherwise.
+
+torch forks its workers (Linux's default start method): they start in
+milliseconds, inherit the dataset instead of unpickling a copy of it, and a
+script needs no ``if __name__ == "__main__":`` guard. But ``fork`` copies only
+the thread that calls it: a lock another thread holds at that moment
+(logging's, a ``queue.Queue``'s, one of the user's) stays locked for ever in
+the child, and the worker hangs the first time it takes it. Python 3.12 warns
+about exactly this ("This process is multi-threaded, use of fork() may lead to
+deadlocks in the child").
+
+So when the loader's ``multiprocessing_context`` is left unset, aioload
+chooses each time it starts workers (:func:`auto_start_method`):
+
+- ``fork`` when the thread starting them is the process's only Python
+  thread. That is the classic script: the sync facade forks its workers in
+  the caller's thread *before* it starts its own loop thread, and ``async
+  for`` forks them on the loop's thread when nothing else runs;
+- the fork server otherwise (``spawn`` where there is none): an async
+  service with thread pools, a script with a background thread, a worker
+  restarted in the middle of an epoch (the loop thread runs then).
+
+Threads that are not Python's (OpenBLAS's pool, say) do not count, as they do
+not for Python's warning: they hold no Python lock, and the libraries that
+start them make them safe across ``fork`` (``pthread_atfork``), as they must
+for torch's own workers. aioload's own threads that are ending (the previous
+epoch's) are given a moment to end first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import sys
+import threading
+import time
+
+__all__ = [
+    "auto_start_method",
+    "fallback_context",
+    "fork_is_safe",
+    "other_threads",
+    "start_method_context",
+]
+
+# Seconds aioload's own threads of a finished epoch get to end before a start.
+_OWN_THREADS_GRACE = 0.5
+_OWN_THREAD_PREFIX = "aioload-"
+
+
+def other_threads() -> list[threading.Thread]:
+    """The Python threads other than the caller's, after aioload's ending ones have ended.
+
+    A thread of aioload's (named ``aioload-...``) still alive is given up to
+    half a second: the previous epoch's loop thread, say, which has delivered
+    its last batch and is returning.
+    """
+    current = threading.current_thread()
+    deadline = time.monotonic() + _OWN_THREADS_GRACE
+    others = []
+    for thread in threading.enumerate():
+        if thread is current:
+            continue
+        if thread.name.startswith(_OWN_THREAD_PREFIX):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if not thread.is_alive():
+                continue
+        others.append(thread)
+    return others
+
+
+def fork_is_safe() -> bool:
+    """True when forking now cannot leave a child with a lock another thread held.
+
+    Only on Linux (macOS's system libraries are not safe across ``fork``,
+    which is why Python does not fork there by default), and only when the
+    calling thread is the process's only Python thread (see the module
+    docstring).
+    """
+    if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    return not other_threads()
+
+
+def fallback_context() -> multiprocessing.context.BaseContext:
+    """Where aioload chooses but cannot fork safely: the fork server (``spawn`` without one)."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def auto_start_method() -> str:
+    """The start method for workers started now: ``fork`` if safe, else the fallback's."""
+    return "fork" if fork_is_safe() else fallback_context().get_start_method()
+
+
+def start_method_context(
+    context: multiprocessing.context.BaseContext | str | None,
+) -> multiprocessing.context.BaseContext | None:
+    """The context a loader's ``multiprocessing_context`` names; None: choose at each start."""
+    if context is None or isinstance(context, multiprocessing.context.BaseContext):
+        return context
+    return multiprocessing.get_context(context)

@@ -491,7 +491,7 @@ class DataLoader(Generic[T_co]):
             "policy": self._policy,
         }
         check_workers_can_import(objects, method)
-        check_script_for_workers(objects, method)
+        check_script_for_workers(objects, method, chosen=self.multiprocessing_context is None)
 
     def _warn_if_tensors_cannot_pin(self) -> None:
         # Called by __iter__/__aiter__: the warning points at the line that iterates.

@@ -82,11 +82,15 @@ def _walk(obj: object, path: str, depth: int, seen: set[int]) -> Iterator[tuple[
         yield from _walk(value, part_path, depth + 1, seen)
 
 
-def check_script_for_workers(objects: Mapping[str, object], start_method: str) -> None:
+def check_script_for_workers(
+    objects: Mapping[str, object], start_method: str, *, chosen: bool = False
+) -> None:
     """Refuses a script that workers started with ``start_method`` would fail to run.
 
     Only start methods that run the main script again in every worker are
     concerned (not ``fork``), and only a main module run from a file.
+    ``chosen``: aioload chose the method, because forking was not safe (the
+    message then names the threads that made it so).
 
     Raises:
         RuntimeError: the loader is iterated from the script's top level
@@ -116,7 +120,7 @@ def check_script_for_workers(objects: Mapping[str, object], start_method: str) -
             f'{line}) without an `if __name__ == "__main__":` guard, and its workers start '
             f"with {start_method!r}, which runs the script again in every worker: each "
             f"would iterate the loader again. Put the script's work under "
-            f'`if __name__ == "__main__":`{_fork_hint(start_method)}'
+            f'`if __name__ == "__main__":`{_fork_hint(chosen)}'
         )
     for where, obj in main_defined(objects):
         named = obj if isinstance(obj, type | types.FunctionType) else type(obj)
@@ -127,17 +131,17 @@ def check_script_for_workers(objects: Mapping[str, object], start_method: str) -
                 f'defines {name} only under its `if __name__ == "__main__":` guard, and '
                 f"workers started with {start_method!r} run the script without that block, "
                 f"so they cannot find it. Define {name} at the top level of the script (above "
-                f"the guard) or in a module{_fork_hint(start_method)}"
+                f"the guard) or in a module{_fork_hint(chosen)}"
             )
 
 
-def _fork_hint(start_method: str) -> str:
-    if start_method == "forkserver":
+def _fork_hint(chosen: bool) -> str:
+    if chosen:
         return (
             " (aioload forks its workers only while no other thread runs: threads "
             f"{_thread_names()} run now; multiprocessing_context='fork' forks anyway)."
         )
-    return "."
+    return ", or pass multiprocessing_context='fork'."
 
 
 def _thread_names() -> str:

@@ -381,4 +381,11 @@ class ProcessBackend:
         for seq, batch_keys in sorted(held.items()):
             self._held[new.id][seq] = batch_keys
             self._send(new, command_frame(Command.FETCH, self._epoch, seq, batch_keys))
-        self._tg.start_soon(self._start, [new])
+        try:
+            forked = self._pool.fork_now()  # on this thread, if nothing else runs
+        except Exception:
+            forked = False  # the fallback start below says what is wrong
+        if forked:
+            self._watch(new)
+        else:
+            self._tg.start_soon(self._start, [new])

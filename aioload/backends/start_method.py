@@ -23,8 +23,9 @@ chooses each time it starts workers (:func:`auto_start_method`):
 Threads that are not Python's (OpenBLAS's pool, say) do not count, as they do
 not for Python's warning: they hold no Python lock, and the libraries that
 start them make them safe across ``fork`` (``pthread_atfork``), as they must
-for torch's own workers. aioload's own threads that are ending (the previous
-epoch's) are given a moment to end first.
+for torch's own workers. aioload's own threads of an epoch end with it (the
+sync facade joins its loop thread when the iteration ends or is dropped), so
+they do not stand in the way of the next epoch's fork.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import multiprocessing
 import multiprocessing.context
 import sys
 import threading
-import time
 
 __all__ = [
     "auto_start_method",
@@ -43,30 +43,10 @@ __all__ = [
     "start_method_context",
 ]
 
-# Seconds aioload's own threads of a finished epoch get to end before a start.
-_OWN_THREADS_GRACE = 0.5
-_OWN_THREAD_PREFIX = "aioload-"
-
-
 def other_threads() -> list[threading.Thread]:
-    """The Python threads other than the caller's, after aioload's ending ones have ended.
-
-    A thread of aioload's (named ``aioload-...``) still alive is given up to
-    half a second: the previous epoch's loop thread, say, which has delivered
-    its last batch and is returning.
-    """
+    """The Python threads of this process other than the caller's."""
     current = threading.current_thread()
-    deadline = time.monotonic() + _OWN_THREADS_GRACE
-    others = []
-    for thread in threading.enumerate():
-        if thread is current:
-            continue
-        if thread.name.startswith(_OWN_THREAD_PREFIX):
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if not thread.is_alive():
-                continue
-        others.append(thread)
-    return others
+    return [thread for thread in threading.enumerate() if thread is not current]
 
 
 def fork_is_safe() -> bool:

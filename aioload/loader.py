@@ -109,14 +109,14 @@ class DataLoader(Generic[T_co]):
             global state and torch if imported, with ``base_seed + id``, where
             ``base_seed`` is drawn from ``generator`` every epoch).
         multiprocessing_context: ``'fork'``, ``'spawn'``, ``'forkserver'`` or a
-            context object. The default is ``'forkserver'``: aioload runs threads
-            (its loop, fetch and pin threads), and forking a process that has
-            threads can deadlock the child. The cost: the dataset,
-            ``collate_fn`` and ``worker_init_fn`` must be picklable (they are
-            pickled once per epoch, or once with ``persistent_workers``), and
-            the first loader of a process starts the fork server (a few hundred
-            milliseconds, with aioload's worker code preloaded); later workers
-            start in milliseconds.
+            context object. Left unset (None), aioload forks the workers, as
+            torch does on Linux, when the thread starting them is the process's
+            only Python thread (the workers inherit the dataset; a script needs
+            no ``__main__`` guard), and starts them from a fork server otherwise:
+            a fork copies another thread's held locks, locked, into the worker.
+            Not forked, the dataset, ``collate_fn`` and ``worker_init_fn`` must
+            be picklable and the script guarded (see
+            :mod:`aioload.backends.start_method`).
         generator: what the epoch's base seed and the shuffle (``shuffle=True``)
             are drawn from: a ``numpy.random.Generator``, an int seed, or a
             ``torch.Generator`` (torch's own draw of the base seed from it every

@@ -359,6 +359,7 @@ class DataLoader(Generic[T_co]):
             batch_size=self.batch_size,
             drop_last=self.drop_last,
         )
+        self._backends.warm_up(multiprocessing_context)
         warn_excessive_workers(num_workers, stacklevel=2)  # as torch: here and at every iter()
         self.__initialized = True
 

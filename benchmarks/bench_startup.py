@@ -41,10 +41,13 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from common import optional
+from common import Run, Workload, optional
 
 BATCH = 64
 _SAMPLE_EVERY = 0.01  # seconds between two PSS samples of the child's process tree
@@ -285,6 +288,42 @@ def report(case: str, medians: dict[str, dict[str, float]]) -> list[str]:
         torch_text = f"{theirs[name]:,.1f}" if theirs is not None else "—"
         rows.append(f"| {case} | {name} | {value:,.1f} | {torch_text} | {ratio} | {target} |")
     return rows
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """The report's start-up workloads (``benchmarks/run.py``): first batches in fresh
+    interpreters, aioload against torch (each run is one fresh process)."""
+    with_torch = optional("torch") is not None
+    libraries = ["aioload", "torch"] if with_torch else ["aioload"]
+
+    def first_batch(case: str) -> Callable[[ExitStack], dict[str, Run]]:
+        def contenders(_: ExitStack) -> dict[str, Run]:
+            def run(library: str) -> tuple[float, float]:
+                return 1, run_case(library, case, quick)["first"][0]
+
+            return {
+                f"{library} DataLoader" if library == "torch" else library: partial(run, library)
+                for library in libraries
+            }
+
+        return contenders
+
+    baseline = "torch DataLoader" if with_torch else None
+    return [
+        Workload(
+            f"first batch of the first loader, fresh interpreter, {workers}",
+            "ms",
+            first_batch(case),
+            baseline=baseline,
+            scale=1e3,
+            lower_is_better=True,
+            warm_up=False,
+        )
+        for case, workers in (
+            ("small", "2 workers, 20,000 rows"),
+            ("array", "4 workers, 1 GiB array"),
+        )
+    ]
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Run by hand: ``python benchmarks/bench_workers.py [--quick] [--repeat 5]``.
 
-Four measurements, each printed as a table of medians over ``--repeat`` repetitions (with the
+Three measurements, each printed as a table of medians over ``--repeat`` repetitions (with the
 fastest and slowest repetition, to show the noise), checked against the targets of the
 worker-process backend, and gathered at the end in a markdown table for the README:
 
@@ -16,13 +16,12 @@ worker-process backend, and gathered at the end in a markdown table for the READ
    request after 20 ms. aioload reads them with ``async def __getitem__`` and aiohttp, many
    at once per worker; torch with blocking ``http.client`` calls. Targets: >= 20 x torch with
    2 workers, >= 5 x torch with 16 workers.
-4. Time to the first batch of a fresh loader with 2 workers (in-memory rows): aioload's first
-   loader in a fresh process (cold: it starts the fork server) and later ones (warm), next to
-   torch's (fork). aioload's run in a new Python process without a main script (see
-   :func:`aioload_first_batches`). Target: warm <= 1.5 x torch.
+
+Start-up (the first batch, memory, whole short epochs) is measured in ``bench_startup.py``, with
+every case in a fresh interpreter.
 
 Throughput is counted for a fixed time from the moment every worker has delivered a batch, so
-that starting the workers is left out (measurement 4 is about that); every repetition starts
+that starting the workers is left out (``bench_startup.py`` is about that); every repetition starts
 fresh workers. Within a measurement the cases run in turn, repetition by repetition, so that
 drift on a busy machine hits them alike; every case runs once, shorter and untimed, first.
 torch and aiohttp are optional (``pip install torch aiohttp``): without them their rows are
@@ -36,14 +35,12 @@ import asyncio
 import http.client
 import importlib
 import importlib.metadata
-import json
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
 import platform
 import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -57,7 +54,7 @@ import numpy as np
 import uvloop
 from common import Rates, optional
 
-from aioload import ArrayDataset, DataLoader
+from aioload import DataLoader
 
 # aiohttp is imported here, as a user's script would, so that aioload's fork server preloads it
 # with this module and the workers forked from it do not import it each. Without it,
@@ -78,9 +75,6 @@ OBJECT_SIZE = 64 << 10
 # Item fetches in flight per aioload worker in measurement 3: 256 with 2 workers; 64 with 16,
 # 1024 in all, which already asks for 50k objects/s, far more than 2 cores can serve.
 HTTP_CONCURRENCY = {2: 256, 16: 64}
-FIRST_BATCH_ROWS = 100_000
-FIRST_BATCH_SIZE = 64
-WARM_LOADERS = 3  # fresh loaders per repetition in measurement 4, after the cold one
 WORKER_TIMEOUT = 60.0  # seconds; a stuck worker fails the run instead of hanging it
 
 Sample = tuple[np.ndarray, int]
@@ -846,140 +840,6 @@ def latency_bound(torch_data: Any, repeat: int, duration: float, checks: list[Ch
     report_missing(measured)
 
 
-# -- 4: time to the first batch ---------------------------------------------------
-
-
-def first_batch_seconds(loader: Any) -> float:
-    """Seconds from ``iter(loader)`` to its first batch; stops the epoch afterwards."""
-    start = time.perf_counter()
-    iterator = iter(loader)
-    try:
-        batch = next(iterator)
-        seconds = time.perf_counter() - start
-        touch_labelled(batch, 0)
-        return seconds
-    finally:
-        close_iterator(iterator)
-        del iterator
-
-
-def rows() -> ArrayDataset:
-    """The dataset of measurement 4: rows of float32[16] and their int labels, in memory
-    (aioload's ``ArrayDataset``: torch's loader reads it as well)."""
-    features = np.random.default_rng(0).random((FIRST_BATCH_ROWS, 16), dtype=np.float32)
-    return ArrayDataset(features, np.arange(FIRST_BATCH_ROWS))
-
-
-def first_batch_loader(dataset: ArrayDataset, torch_data: Any = None) -> Any:
-    """A fresh loader of measurement 4: aioload's, or torch's when ``torch_data`` is given."""
-    if torch_data is None:
-        return aioload_loader(dataset, WORKERS, batch_size=FIRST_BATCH_SIZE)
-    return torch_loader(torch_data, dataset, WORKERS, batch_size=FIRST_BATCH_SIZE)
-
-
-def first_batch_child(loaders: int) -> None:
-    """In a fresh process: the seconds to the first batch of ``loaders`` fresh aioload loaders
-    made one after the other (the first one starts the fork server), printed as JSON."""
-    dataset = rows()
-    try:
-        seconds = [first_batch_seconds(first_batch_loader(dataset)) for _ in range(loaders)]
-        result: dict[str, Any] = {"seconds": seconds}
-    except NotImplementedError as error:
-        result = {"missing": str(error)}
-    print(json.dumps(result))
-
-
-def aioload_first_batches(loaders: int) -> list[float]:
-    """:func:`first_batch_child` in a new Python process (raises its ``NotImplementedError``).
-
-    The child imports this module instead of running it as a script: on Python 3.11 the fork
-    server does not preload the main script, every worker runs it again, and its imports would
-    count in aioload's figures. Without a main script they are aioload's own start.
-    """
-    folder, name = os.path.split(os.path.abspath(__file__))
-    module = os.path.splitext(name)[0]
-    code = (
-        f"import sys; sys.path.insert(0, {folder!r}); import {module}; "
-        f"{module}.first_batch_child({loaders})"
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
-    if child.returncode != 0:
-        raise RuntimeError(f"the first-batch process failed:\n{child.stderr}")
-    result = json.loads(child.stdout.splitlines()[-1])
-    if "missing" in result:
-        raise NotImplementedError(result["missing"])
-    seconds: list[float] = result["seconds"]
-    return seconds
-
-
-def first_batch(torch_data: Any, repeat: int, checks: list[Check]) -> None:
-    """Measurement 4."""
-    torch_name = "torch, fresh loader (fork)"
-    cold_name = "aioload, first loader of a process (cold)"
-    warm_name = "aioload, later fresh loaders (warm)"
-    times: dict[str, list[float]] = {torch_name: [], cold_name: [], warm_name: []}
-    missing: dict[str, str] = {}
-    dataset = rows()
-    if torch_data is None:
-        del times[torch_name]
-    else:
-        first_batch_seconds(first_batch_loader(dataset, torch_data))  # untimed
-    for _ in range(repeat):
-        if torch_data is not None:
-            for _ in range(WARM_LOADERS):
-                times[torch_name].append(
-                    first_batch_seconds(first_batch_loader(dataset, torch_data))
-                )
-        if not missing:
-            try:
-                cold, *later = aioload_first_batches(1 + WARM_LOADERS)
-            except NotImplementedError as error:
-                missing = {cold_name: str(error), warm_name: str(error)}
-                del times[cold_name], times[warm_name]
-            else:
-                times[cold_name].append(cold)
-                times[warm_name] += later
-    measured = Measured({name: Rates(values) for name, values in times.items()}, missing)
-
-    print(
-        f"\n4. Time to first batch: a fresh loader, {WORKERS} workers, {FIRST_BATCH_ROWS} rows of"
-        f" float32[16] + int label in memory,"
-    )
-    print(f"   batch {FIRST_BATCH_SIZE}, default collate_fn; from iter(loader) to the first batch")
-    print_table(
-        measured,
-        [torch_name, cold_name, warm_name],
-        "ms",
-        1e3,
-        ".1f",
-        ratios={"x torch": {cold_name: torch_name, warm_name: torch_name}},
-    )
-    torch_ms = scaled(measured.median(torch_name), 1e3)
-    warm_check = Check(
-        "4. first batch, fresh loader, warm",
-        "ms",
-        scaled(measured.median(warm_name), 1e3),
-        torch_ms,
-        "torch, fork",
-        1.5,
-        at_most=True,
-        fmt=".1f",
-    )
-    warm_check.report()
-    cold_check = Check(
-        "4. first batch, first loader of a process (cold)",
-        "ms",
-        scaled(measured.median(cold_name), 1e3),
-        torch_ms,
-        "torch, fork",
-        fmt=".1f",
-    )
-    checks += [warm_check, cold_check]
-    report_missing(measured)
-
-
 # -- main --------------------------------------------------------------------
 
 
@@ -996,12 +856,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
     parser.add_argument(
         "--only",
-        choices=["cpu", "big", "http", "first"],
+        choices=["cpu", "big", "http"],
         action="append",
         help="run only these measurements (repeatable; default: all)",
     )
     args = parser.parse_args()
-    only = set(args.only or ["cpu", "big", "http", "first"])
+    only = set(args.only or ["cpu", "big", "http"])
     repeat = args.repeat or (1 if args.quick else 5)
     # Seconds per timed run: CPU-bound and big batches, then the HTTP case (slower batches).
     cpu_duration, http_duration = (0.3, 0.6) if args.quick else (0.8, 1.2)
@@ -1027,8 +887,6 @@ def main() -> None:
     if "http" in only:
         latency_bound(torch_data, repeat, http_duration, checks)
         sys.stdout.flush()
-    if "first" in only:
-        first_batch(torch_data, repeat, checks)
 
     print("\nSummary (medians; ratio = aioload / reference):\n")
     print("| measurement | unit | aioload | reference | ratio | target | result |")

@@ -171,7 +171,7 @@ def loader_workloads(quick: bool) -> list[Workload]:
 
 
 def workers_workloads(quick: bool) -> list[Workload]:
-    """``bench_workers.py``: worker processes, CPU-bound, big batches, HTTP, first batch."""
+    """``bench_workers.py``: worker processes, CPU-bound, big batches, HTTP."""
     bw = bench_workers
     torch_data = optional("torch.utils.data")
     cpu_s, http_s = (0.3, 0.6) if quick else (0.8, 1.2)
@@ -258,29 +258,6 @@ def workers_workloads(quick: bool) -> list[Workload]:
 
         return make
 
-    def first_batch(_: ExitStack) -> dict[str, Run]:
-        data = bw.rows()
-        runs: dict[str, Run] = {}
-        if torch_data is not None:
-
-            def torch_first() -> tuple[float, float]:
-                loaders = bw.WARM_LOADERS
-                seconds = sum(
-                    bw.first_batch_seconds(bw.first_batch_loader(data, torch_data))
-                    for _ in range(loaders)
-                )
-                return loaders, seconds
-
-            runs[f"torch DataLoader, {workers} workers"] = torch_first
-
-        def aioload_first() -> tuple[float, float]:
-            # A fresh process each time; its first loader starts the fork server (left out).
-            _cold, *warm = bw.aioload_first_batches(1 + bw.WARM_LOADERS)
-            return len(warm), sum(warm)
-
-        runs[f"aioload, {workers} workers"] = aioload_first
-        return runs
-
     workloads = [
         Workload(
             f"CPU-bound items, ~2 ms of numpy each, {workers} workers",
@@ -317,16 +294,6 @@ def workers_workloads(quick: bool) -> list[Workload]:
                 baseline="torch DataLoader, 16 workers" if torch_data is not None else None,
             )
         )
-    workloads.append(
-        Workload(
-            f"time to first batch, fresh loader, {workers} workers (fork server warm)",
-            "ms",
-            first_batch,
-            baseline=baseline,
-            scale=1e3,
-            lower_is_better=True,
-        )
-    )
     return workloads
 
 
@@ -393,6 +360,7 @@ SUITES: dict[str, Callable[[bool], list[Workload]]] = {
     "collate": collate_workloads,
     "sources": module_suite("bench_sources"),
     "executor": module_suite("bench_executor"),
+    "startup": module_suite("bench_startup"),
 }
 
 

@@ -140,7 +140,9 @@ def test_workers_refuse_a_dataset_of_an_interactive_main(
     interactive_main: types.ModuleType,
 ) -> None:
     with pytest.raises(pickle.PicklingError, match=r"cannot send dataset \(__main__\.Squares\)"):
-        iter(DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="forkserver"))
+        iter(
+            DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="forkserver")
+        )
     with pytest.raises(pickle.PicklingError, match=r"dataset\.dataset \(__main__\.Squares\)"):
         iter(
             DataLoader(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import itertools
+import multiprocessing
 import threading
 import uuid
 import weakref
@@ -29,7 +30,7 @@ import anyio.abc
 from aioload.backends.base import Backend, BackendFactory, OutcomeSink
 from aioload.backends.executor import ExecutorBackend, executor_size
 from aioload.backends.inline import InlineBackend
-from aioload.backends.pool import WorkerPool
+from aioload.backends.pool import WorkerPool, warm_forkserver
 from aioload.backends.processes import ProcessBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
 from aioload.backends.start_method import auto_start_method, start_method_context
@@ -76,6 +77,17 @@ class Backends:
         self._epochs = itertools.count()  # numbers epochs within a worker pool or executor
         self._pool: WorkerPool | None = None  # the persistent workers, once started
         self._pool_lock = threading.Lock()
+
+    def warm_up(self, multiprocessing_context: Any) -> None:
+        """Starts the fork server now if the workers would start from it were they started now.
+
+        The server then imports its preloads (torch's import takes seconds) while
+        the caller goes on, rather than when the first epoch starts. Starting it
+        costs the caller a few milliseconds (it is spawned, not waited for).
+        """
+        method = self.start_method_now(multiprocessing_context)
+        if method == "forkserver":
+            warm_forkserver(multiprocessing.get_context(method))
 
     def start_method_now(self, multiprocessing_context: Any) -> str | None:
         """How worker processes would start if an epoch began now; None: none would.

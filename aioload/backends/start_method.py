@@ -43,6 +43,7 @@ __all__ = [
     "start_method_context",
 ]
 
+
 def other_threads() -> list[threading.Thread]:
     """The Python threads of this process other than the caller's."""
     current = threading.current_thread()

@@ -36,13 +36,21 @@ def in_setup_segment(array: np.ndarray[Any, Any]) -> bool:
     return mapping_of(address_of(array)).startswith(SETUP_SEGMENT)
 
 
-def segment_fds() -> list[int]:
-    """This process's descriptors of worker setup segments."""
-    found = []
+def segments() -> set[tuple[int, int]]:
+    """This process's descriptors of worker setup segments, as (descriptor, inode) pairs.
+
+    The inode tells a new segment from an old one whose descriptor number was reused.
+    """
+    found = set()
     for name in os.listdir("/proc/self/fd"):
         try:
             if os.readlink(f"/proc/self/fd/{name}").startswith(SETUP_SEGMENT):
-                found.append(int(name))
+                found.add((int(name), os.stat(f"/proc/self/fd/{name}").st_ino))
         except OSError:  # the descriptor listdir itself used, closed since
             pass
     return found
+
+
+def new_segments(before: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The setup segments this process holds that it did not hold ``before``."""
+    return segments() - before

@@ -35,7 +35,7 @@ from aioload.backends.reader import WorkerSetup
 from aioload.backends.setup_parcel import OUT_OF_BAND_MIN, SetupParcel, open_setup
 from aioload.collate import default_collate
 from tests.conftest import wait_until
-from tests.mappings import address_of, in_setup_segment, segment_fds
+from tests.mappings import address_of, in_setup_segment, new_segments, segments
 
 BIG = 1 << 21  # float64 elements: a 16 MiB array
 PICKLING = ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)]
@@ -206,10 +206,10 @@ def test_large_arrays_leave_the_pickle_for_a_read_only_segment(
 def test_small_buffers_stay_in_the_pickle_and_no_segment_is_made(
     parcels: list[SetupParcel],
 ) -> None:
-    before = segment_fds()
+    before = segments()
     just_small = Holds(below=np.zeros(OUT_OF_BAND_MIN - 1, dtype=np.uint8))
     parcel = pack(parcels, just_small)
-    assert parcel.shared_bytes == 0 and segment_fds() == before
+    assert parcel.shared_bytes == 0 and not new_segments(before)
     received = cross(parcel).dataset
     assert received.below.flags.writeable and received.below.nbytes == OUT_OF_BAND_MIN - 1
     at_threshold = pack(parcels, Holds(at=np.zeros(OUT_OF_BAND_MIN, dtype=np.uint8)))
@@ -228,20 +228,20 @@ def test_memory_met_twice_is_placed_once(parcels: list[SetupParcel]) -> None:
 
 
 def test_the_segment_is_sealed_and_its_descriptor_closed_with_the_parcel() -> None:
-    before = segment_fds()
+    before = segments()
     parcel = SetupParcel.pack(setup_of(Probe(n=1)), "forkserver")
-    (fd,) = set(segment_fds()) - set(before)
+    ((fd, _),) = new_segments(before)
     assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_WRITE
     with pytest.raises(PermissionError):
         os.pwrite(fd, b"x", 0)
     parcel.close()
-    assert parcel.closed and segment_fds() == before
+    assert parcel.closed and not new_segments(before)
     with pytest.raises(RuntimeError, match="closed"):
         cross(parcel)
     # A parcel dropped without close() closes its descriptor too.
     SetupParcel.pack(setup_of(Probe(n=1)), "forkserver")
     gc.collect()
-    assert segment_fds() == before
+    assert not new_segments(before)
 
 
 def test_a_parcel_is_only_pickled_by_process_start(parcels: list[SetupParcel]) -> None:
@@ -300,7 +300,7 @@ def test_a_shared_list_rides_the_segment(parcels: list[SetupParcel]) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("method", PICKLING)
 def test_workers_read_the_large_array_from_one_shared_segment(method: str) -> None:
-    shm_before, fds_before = set(os.listdir("/dev/shm")), segment_fds()
+    shm_before, before = set(os.listdir("/dev/shm")), segments()
     with DataLoader(
         Probe(), batch_size=None, num_workers=2, multiprocessing_context=method
     ) as loader:
@@ -312,14 +312,14 @@ def test_workers_read_the_large_array_from_one_shared_segment(method: str) -> No
         assert sample["big_write_error"] == "assignment destination is read-only"
         assert sample["big_shared"]  # no copy of its own
         assert sample["small_writeable"]
-    assert wait_until(lambda: segment_fds() == fds_before)
+    assert wait_until(lambda: not new_segments(before))
     assert set(os.listdir("/dev/shm")) <= shm_before  # nothing new there
 
 
 @pytest.mark.timeout(60)
 def test_a_replacement_worker_still_receives_the_shared_array(tmp_path: Path) -> None:
     dataset = Probe(n=24, victim=13, marker=str(tmp_path / "killed"))
-    fds_before = segment_fds()
+    before = segments()
     loader = DataLoader(
         dataset,
         batch_size=None,
@@ -332,7 +332,7 @@ def test_a_replacement_worker_still_receives_the_shared_array(tmp_path: Path) ->
         assert (tmp_path / "killed").exists()
         second = list(loader)
         # The pool's own descriptor keeps the segment for replacements, no more.
-        assert len(set(segment_fds()) - set(fds_before)) == 1
+        assert len(new_segments(before)) == 1
     finally:
         loader.close()
     killed = int((tmp_path / "killed").read_text())
@@ -343,12 +343,12 @@ def test_a_replacement_worker_still_receives_the_shared_array(tmp_path: Path) ->
     for sample in first + second:
         assert sample["big_right"] and not sample["big_writeable"]
         assert sample["big_shared"]
-    assert wait_until(lambda: segment_fds() == fds_before)
+    assert wait_until(lambda: not new_segments(before))
 
 
 @pytest.mark.timeout(60)
 def test_a_setup_of_small_arrays_needs_no_segment() -> None:
-    fds_before = segment_fds()
+    before = segments()
     loader = DataLoader(
         Probe(big=False),
         batch_size=None,
@@ -358,7 +358,7 @@ def test_a_setup_of_small_arrays_needs_no_segment() -> None:
     )
     with loader:
         samples = list(loader)
-        assert segment_fds() == fds_before
+        assert not new_segments(before)
     assert all(s["small_writeable"] and s["small_right"] for s in samples)
 
 

@@ -45,6 +45,7 @@ from aioload.samplers import (
     WeightedRandomSampler,
     is_async_sampler,
 )
+from aioload.shared_list import SharedList
 from aioload.stats import IterationStats, LoaderStats
 from aioload.worker_info import WorkerInfo, get_worker_info
 
@@ -69,6 +70,7 @@ __all__ = [
     "RetryPolicy",
     "Sampler",
     "SequentialSampler",
+    "SharedList",
     "SkippedItem",
     "StackDataset",
     "Subset",

@@ -420,7 +420,7 @@ async def test_persistent_workers_serve_async_epochs_after_a_break() -> None:
 
 def test_a_dataset_that_cannot_be_pickled_fails_naming_the_culprit() -> None:
     with pytest.raises(TypeError, match=r"dataset\.handle\['lock'\] \(a _thread\.lock\)"):
-        list(DataLoader(HoldsALock(), num_workers=1))
+        list(DataLoader(HoldsALock(), num_workers=1, multiprocessing_context="forkserver"))
     # fork does not pickle: the same dataset works there.
     assert flat(list(DataLoader(HoldsALock(), num_workers=1, multiprocessing_context="fork"))) == [
         0,

@@ -46,6 +46,7 @@ from multiprocessing import forkserver
 from typing import Any
 
 from aioload.backends.reader import WorkerSetup
+from aioload.backends.setup_parcel import SetupParcel
 from aioload.backends.start_method import fallback_context, fork_is_safe
 from aioload.backends.worker_process import worker_main
 from aioload.transport import SegmentReader
@@ -57,10 +58,16 @@ _STOP_GRACE = 2.0  # seconds a worker gets to exit after STOP before it is termi
 _TERMINATE_GRACE = 1.0  # then after SIGTERM, before SIGKILL
 
 
-def _unpicklable_part(obj: Any, path: str, depth: int = 0) -> tuple[str, Any, BaseException] | None:
-    """The deepest attribute path under ``obj`` that cannot be pickled, the object, its error."""
+def _plain_dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unpicklable_part(
+    obj: Any, path: str, depth: int = 0, dumps: Callable[[Any], bytes] = _plain_dumps
+) -> tuple[str, Any, BaseException] | None:
+    """The deepest attribute path under ``obj`` that ``dumps`` refuses, the object, its error."""
     try:
-        pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        dumps(obj)
     except Exception as error:
         if depth < 6:
             parts: list[tuple[str, Any]] = []
@@ -72,35 +79,46 @@ def _unpicklable_part(obj: Any, path: str, depth: int = 0) -> tuple[str, Any, Ba
             elif isinstance(obj, list | tuple):
                 parts = [(f"{path}[{index}]", value) for index, value in enumerate(obj)]
             for part_path, value in parts:
-                found = _unpicklable_part(value, part_path, depth + 1)
+                found = _unpicklable_part(value, part_path, depth + 1, dumps)
                 if found is not None:
                     return found
         return path, obj, error
     return None
 
 
-def pickle_setup(setup: WorkerSetup, start_method: str) -> bytes:
+def pickle_setup(
+    setup: WorkerSetup, start_method: str, *, dumps: Callable[[Any], bytes] = _plain_dumps
+) -> bytes:
     """Pickles ``setup`` once for every worker; a failure names the object at fault."""
     return pickle_for_workers(
         setup,
         receivers="the worker processes",
         why=f"the {start_method!r} start method pickles",
         remedy="use multiprocessing_context='fork'",
+        dumps=dumps,
     )
 
 
-def pickle_for_workers(setup: WorkerSetup, *, receivers: str, why: str, remedy: str) -> bytes:
+def pickle_for_workers(
+    setup: WorkerSetup,
+    *,
+    receivers: str,
+    why: str,
+    remedy: str,
+    dumps: Callable[[Any], bytes] = _plain_dumps,
+) -> bytes:
     """Pickles ``setup`` for ``receivers``; a failure names the unpicklable object and a way out.
 
     ``why`` says who pickles (completing "… the dataset, collate_fn and
-    worker_init_fn"); ``remedy`` is the alternative to creating the object lazily.
+    worker_init_fn"); ``remedy`` is the alternative to creating the object lazily;
+    ``dumps`` pickles (and so decides what cannot be pickled).
     """
     try:
-        return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps(setup)
     except Exception as error:
         found = None
         for name in ("dataset", "collate_fn", "worker_init_fn", "policy"):
-            found = _unpicklable_part(getattr(setup, name), name)
+            found = _unpicklable_part(getattr(setup, name), name, dumps=dumps)
             if found is not None:
                 break
         path, culprit, cause = found if found is not None else ("the worker setup", setup, error)
@@ -228,7 +246,7 @@ class WorkerPool:
         self._context = context
         self.base_seed = base_seed
         self._keep_free = keep_free
-        self._blob: bytes | None = None
+        self._parcel: SetupParcel | None = None  # made by the first start that pickles
         self._lock = threading.Lock()
         self.workers = [_Handle(i, keep_free) for i in range(setup.num_workers)]
         self.closed = False
@@ -282,11 +300,11 @@ class WorkerPool:
             context = context or self._context or fallback_context()
             method = context.get_start_method()
             warm_forkserver(context)
-            setup: WorkerSetup | bytes = self._setup
+            setup: WorkerSetup | SetupParcel = self._setup
             if method != "fork":
-                if self._blob is None:
-                    self._blob = pickle_setup(self._setup, method)
-                setup = self._blob
+                if self._parcel is None:
+                    self._parcel = SetupParcel.pack(self._setup, method)
+                setup = self._parcel
             for handle in handles:
                 if handle.started:
                     continue
@@ -363,6 +381,8 @@ class WorkerPool:
             if self.closed:
                 return
             self.closed = True
+            if self._parcel is not None:
+                self._parcel.close()  # started workers keep their own mappings
             if os.getpid() != self.pid:
                 for handle in self.workers:
                     handle.close()

@@ -64,6 +64,7 @@ import uvloop  # noqa: F401  # likewise: a worker's first loop should not pay fo
 from aioload.backends.base import Outcome
 from aioload.backends.inline import InlineBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
+from aioload.backends.setup_parcel import SetupParcel, open_setup
 from aioload.collate import collate_into
 from aioload.eventloop import new_event_loop
 from aioload.fetch import inspect_dataset
@@ -184,16 +185,17 @@ class _LoaderWatch:
 def worker_main(
     worker_id: int,
     seed: int,
-    setup: WorkerSetup | bytes,
+    setup: WorkerSetup | SetupParcel,
     commands: socket.socket,
     results: socket.socket,
     loader_pid: int | None = None,
 ) -> None:
     """The entry point of a worker process (the target of its ``Process``).
 
-    ``setup`` arrives pickled once by the loader (bytes) when the start method
-    pickles, or as the object itself under ``fork``. ``loader_pid``: the
-    loader's process, which the worker does not outlive (None: not watched).
+    ``setup`` arrives as a parcel when the start method pickles (see
+    :mod:`aioload.backends.setup_parcel`), or as the object itself under
+    ``fork``. ``loader_pid``: the loader's process, which the worker does not
+    outlive (None: not watched).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # First of all: a worker whose loader dies while it starts must not stay either.
@@ -202,9 +204,7 @@ def worker_main(
     results.setblocking(True)
     writer = SegmentWriter()
     try:
-        if isinstance(setup, bytes):
-            setup = pickle.loads(setup)
-        assert isinstance(setup, WorkerSetup)
+        setup = open_setup(setup)
         set_process_worker_info(WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset))
         seed_generators(seed)
         if setup.worker_init_fn is not None:

@@ -13,7 +13,9 @@ them all. A pool lives for one epoch, or for the loader's life with
   same worker and random state again). Iterable datasets: each worker streams
   its own copy, and "the next batch" requests go round-robin over the workers
   that still have data, so in-order output interleaves the workers as torch
-  does.
+  does. With ``in_order=False`` the next batch goes instead to the worker
+  with the fewest in flight (round-robin among equals): a stalled worker
+  holds back only its own batches.
 - Results come back on the loop through the result sockets (a reader callback,
   never a blocking call) and their arrays are views of shared memory
   (:mod:`aioload.transport`).

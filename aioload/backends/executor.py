@@ -68,7 +68,7 @@ from aioload.backends.executor_task import (
     ThreadIds,
     run_batch,
 )
-from aioload.backends.pool import pickle_for_workers
+from aioload.backends.pickling import pickle_for_workers
 from aioload.backends.reader import WorkerSetup
 from aioload.backends.threads import in_thread, when_done_on_loop
 from aioload.stats import EpochRecorder

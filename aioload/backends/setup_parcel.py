@@ -65,6 +65,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from aioload.backends.pickling import pickle_setup
 from aioload.backends.reader import WorkerSetup
 from aioload.transport import shared_memory_fd
 
@@ -229,8 +230,6 @@ def _write_segment(placement: _Placement) -> int:
 
 def _explain(setup: WorkerSetup, start_method: str, error: Exception) -> NoReturn:
     """Raises the error that names the unpicklable part of ``setup`` (pickled as here)."""
-    # Imported here: the pool, which builds parcels, imports this module.
-    from aioload.backends.pool import pickle_setup
 
     def dumps(obj: Any) -> bytes:
         # Out of band and thrown away: looking for the culprit copies no array.
@@ -289,7 +288,7 @@ class SetupParcel:
         Raises:
             Exception: of the type the pickler raised, naming the attribute
                 that cannot be pickled and a remedy (see
-                :func:`~aioload.backends.pool.pickle_setup`).
+                :func:`~aioload.backends.pickling.pickle_setup`).
 
         Example::
 

@@ -66,10 +66,15 @@ def _aligned(offset: int) -> int:
     return -(-offset // _ALIGN) * _ALIGN
 
 
-def shared_memory_fd(size: int) -> int:
-    """A descriptor of ``size`` bytes of shared memory that has no name in the filesystem."""
+def shared_memory_fd(size: int, *, name: str = "aioload", sealable: bool = False) -> int:
+    """A descriptor of ``size`` bytes of shared memory that has no name in the filesystem.
+
+    ``name`` shows in ``/proc/PID/maps`` (``memfd:NAME``); ``sealable``: the
+    descriptor accepts seals (``fcntl.F_ADD_SEALS``) where the kernel has them.
+    """
     if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("aioload", os.MFD_CLOEXEC)
+        flags = os.MFD_CLOEXEC | (getattr(os, "MFD_ALLOW_SEALING", 0) if sealable else 0)
+        fd = os.memfd_create(name, flags)
     else:  # pragma: no cover - platforms without memfd (macOS)
         import _posixshmem  # type: ignore[import-not-found]
 

@@ -182,16 +182,8 @@ class _Placement:
 
 def _segment_fd(size: int) -> int:
     """A descriptor of ``size`` bytes of shared memory, sealable where the kernel can."""
-    sealing = getattr(os, "MFD_ALLOW_SEALING", None)
-    if not hasattr(os, "memfd_create") or sealing is None:
-        return shared_memory_fd(size)  # unlinked at once: nothing is left anywhere either
-    fd = os.memfd_create(_SEGMENT_NAME, os.MFD_CLOEXEC | sealing)
-    try:
-        os.ftruncate(fd, size)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    # Without memfd: a POSIX segment unlinked at once, so nothing is left anywhere either.
+    return shared_memory_fd(size, name=_SEGMENT_NAME, sealable=True)
 
 
 def _seal(fd: int) -> None:

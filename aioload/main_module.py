@@ -28,6 +28,8 @@ import threading
 import types
 from collections.abc import Iterator, Mapping
 
+from aioload.backends.start_method import threads_in_the_way
+
 __all__ = ["check_script_for_workers", "main_defined"]
 
 _WALK_DEPTH = 3  # how deep into the objects' attributes and containers the walk looks
@@ -145,8 +147,7 @@ def _fork_hint(chosen: bool) -> str:
 
 
 def _thread_names() -> str:
-    current = threading.current_thread()
-    names = [thread.name for thread in threading.enumerate() if thread is not current]
+    names = list(dict.fromkeys(threads_in_the_way()))
     return ", ".join(repr(name) for name in names[:5]) or "none"
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from aioload import DataLoader, Dataset, get_worker_info
+from aioload.backends import start_method
 from aioload.backends.start_method import auto_start_method, fork_is_safe, other_threads
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="aioload forks only on Linux")
@@ -295,3 +296,47 @@ def test_in_order_batches_still_go_round_robin() -> None:
     loader = DataLoader(_WorkerOfItem(), batch_size=2, num_workers=2)
     workers = [int(batch[0, 1]) for batch in loader]
     assert workers == [0, 1] * 10
+
+
+@pytest.mark.timeout(120)
+def test_workers_are_not_forked_once_a_native_runtime_runs(tmp_path: Path) -> None:
+    # obstore's first request starts tokio's threads, which a fork does not carry over:
+    # a worker forked after it would hang at its own first request.
+    pytest.importorskip("obstore")
+    (tmp_path / "data").mkdir()
+    for index in range(4):
+        (tmp_path / "data" / f"{index}.bin").write_bytes(bytes([index]) * 8)
+    source = """
+    import os
+    import numpy as np
+    import obstore
+    from obstore.store import LocalStore
+    from aioload import DataLoader, Dataset
+
+    class Objects(Dataset):
+        def __init__(self, root):
+            self.root = root
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            data = obstore.get(LocalStore(self.root), f"{index}.bin").bytes()
+            return np.array([bytes(data)[0], os.getppid()])
+
+    if __name__ == "__main__":
+        root = os.path.abspath("data")
+        obstore.get(LocalStore(root), "0.bin").bytes()  # the parent's runtime starts
+        rows = [row.tolist() for batch in DataLoader(Objects(root), batch_size=2,
+                                                     num_workers=2) for row in batch]
+        print([row[0] for row in rows], all(row[1] != os.getpid() for row in rows))
+    """
+    done = run_script(tmp_path, source)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[0,", "1,", "2,", "3]", "True"]
+
+
+def test_named_native_threads_make_a_fork_unsafe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(start_method, "named_native_threads", lambda: ["tokio-rt-worker"])
+    assert not start_method.fork_is_safe()
+    assert "tokio-rt-worker" in start_method.threads_in_the_way()

@@ -20,18 +20,23 @@ chooses each time it starts workers (:func:`auto_start_method`):
   service with thread pools, a script with a background thread, a worker
   restarted in the middle of an epoch (the loop thread runs then).
 
-Threads that are not Python's (OpenBLAS's pool, say) do not count, as they do
-not for Python's warning: they hold no Python lock, and the libraries that
-start them make them safe across ``fork`` (``pthread_atfork``), as they must
-for torch's own workers. aioload's own threads of an epoch end with it (the
-sync facade joins its loop thread when the iteration ends or is dropped), so
-they do not stand in the way of the next epoch's fork.
+Native threads count when a runtime started and named them (tokio's, which
+obstore starts at its first request: a worker forked after that hangs at its
+own first request). Pool threads that keep their creator's name (OpenBLAS's)
+do not, as they do not for Python's warning: they hold no Python lock, and
+the libraries that start them make them safe across ``fork``
+(``pthread_atfork``), as they must for torch's own workers.
+
+aioload's own threads of an epoch end with it (the sync facade joins its loop
+thread when the iteration ends or is dropped), so they do not stand in the way
+of the next epoch's fork.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.context
+import os
 import sys
 import threading
 
@@ -39,8 +44,10 @@ __all__ = [
     "auto_start_method",
     "fallback_context",
     "fork_is_safe",
+    "named_native_threads",
     "other_threads",
     "start_method_context",
+    "threads_in_the_way",
 ]
 
 
@@ -50,17 +57,57 @@ def other_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread is not current]
 
 
+def named_native_threads() -> list[str]:
+    """The names of this process's threads that a native library started and named.
+
+    Read from ``/proc/self/task/*/comm`` (Linux): a thread takes its
+    creator's name unless it sets its own, so a thread named otherwise than
+    the main thread belongs to a runtime that names its threads — tokio's
+    (``tokio-rt-worker``, started by obstore's first request), gRPC's — and
+    such runtimes do not survive a fork: a worker forked after obstore has
+    been used hangs at its first request. Pool threads that keep their
+    creator's name (OpenBLAS's) are made fork-safe by their libraries.
+    Python threads keep the name too (before Python 3.14); they are counted
+    by :func:`other_threads`.
+    """
+    try:
+        with open("/proc/self/comm") as file:
+            main_name = file.read().strip()
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    current = str(threading.get_native_id())
+    python_threads = {str(thread.native_id) for thread in threading.enumerate()}
+    names = []
+    for task in tasks:
+        if task == current or task in python_threads:
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/comm") as file:
+                name = file.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if name != main_name:
+            names.append(name)
+    return names
+
+
+def threads_in_the_way() -> list[str]:
+    """The names of the threads that make a fork unsafe now (see :func:`fork_is_safe`)."""
+    return [thread.name for thread in other_threads()] + named_native_threads()
+
+
 def fork_is_safe() -> bool:
     """True when forking now cannot leave a child with a lock another thread held.
 
     Only on Linux (macOS's system libraries are not safe across ``fork``,
     which is why Python does not fork there by default), and only when the
-    calling thread is the process's only Python thread (see the module
-    docstring).
+    calling thread is the process's only Python thread and no native runtime
+    that names its threads runs (see :func:`named_native_threads`).
     """
     if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
         return False
-    return not other_threads()
+    return not threads_in_the_way()
 
 
 def fallback_context() -> multiprocessing.context.BaseContext:

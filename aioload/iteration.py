@@ -60,6 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aioload.backends.start_method import wait_until_gone
 from aioload.errors import LoaderTimeoutError
 from aioload.eventloop import new_event_loop
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
@@ -349,6 +350,7 @@ class _LoopThread:
         if not self._ended.wait(timeout):
             return False
         self._thread.join()  # past its last line: returns at once
+        wait_until_gone(self._thread)  # so that the next epoch may fork (no thread left)
         return True
 
     def give_up(self, grace: float) -> None:

@@ -39,6 +39,7 @@ import multiprocessing.context
 import os
 import sys
 import threading
+import time
 
 __all__ = [
     "auto_start_method",
@@ -48,6 +49,7 @@ __all__ = [
     "other_threads",
     "start_method_context",
     "threads_in_the_way",
+    "wait_until_gone",
 ]
 
 
@@ -55,6 +57,26 @@ def other_threads() -> list[threading.Thread]:
     """The Python threads of this process other than the caller's."""
     current = threading.current_thread()
     return [thread for thread in threading.enumerate() if thread is not current]
+
+
+_GONE_WAIT = 0.1  # seconds a joined thread's system thread gets to disappear
+
+
+def wait_until_gone(thread: threading.Thread) -> None:
+    """Returns once the system thread of joined ``thread`` has left the process (Linux).
+
+    ``Thread.join`` returns when the thread's Python state is gone, a moment
+    before the system thread itself exits; a fork in that moment sees two
+    threads, and Python 3.12 warns that the process is multi-threaded.
+    aioload joins its loop thread with this before the next epoch's fork.
+    Waits at most a tenth of a second, polling ``/proc/self/task``.
+    """
+    native_id = thread.native_id
+    if native_id is None or sys.platform != "linux":
+        return
+    deadline = time.monotonic() + _GONE_WAIT
+    while os.path.exists(f"/proc/self/task/{native_id}") and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 def named_native_threads() -> list[str]:

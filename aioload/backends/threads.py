@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from aioload.backends.start_method import wait_until_gone
+
 __all__ = ["in_thread", "when_done_on_loop"]
 
 T = TypeVar("T")
@@ -89,6 +91,7 @@ async def in_thread(function: Callable[[], T]) -> T:
                     interrupted = True
     finally:
         thread.join()
+        wait_until_gone(thread)
     if interrupted:
         raise asyncio.CancelledError
     return result

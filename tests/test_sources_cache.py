@@ -563,3 +563,47 @@ def test_a_missing_shard_fails_as_without_a_cache(server: ObjectServer, tmp_path
     # No lock or partial file stays behind (the other shard, cut short, is not kept whole).
     assert not [name for name in os.listdir(tmp_path) if name.endswith((".part", ".lock"))]
     assert dataset.cache is not None and dataset.cache.usage() == folder_bytes(tmp_path)
+
+
+def test_a_disk_that_fills_mid_shard_goes_on_from_the_store_where_it_left_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioload.sources import cache as cache_module
+
+    # A shard of several chunks (obstore hands over at least 1 MiB at a time).
+    with ShardWriter(str(tmp_path / "big-%d.tar")) as writer:
+        for i in range(40):
+            writer.write({"__key__": f"{i:03d}", "cls": i, "bin": bytes([i % 251]) * PAYLOAD * 25})
+    writes = []
+    real = cache_module._write_all
+
+    def fills_up(fd: int, data: Any, offset: int) -> None:
+        writes.append(offset)
+        if len(writes) > 1:
+            raise OSError(28, "No space left on device")
+        real(fd, data, offset)
+
+    monkeypatch.setattr(cache_module, "_write_all", fills_up)
+
+    def big_label(sample: dict[str, Any]) -> int:
+        decoded = default_decode(sample)
+        assert decoded["bin"] == bytes([decoded["cls"] % 251]) * PAYLOAD * 25
+        number: int = decoded["cls"]
+        return number
+
+    dataset = ShardDataset(
+        Path(writer.shards[0]).as_uri(), decode=big_label, cache_dir=tmp_path / "cache"
+    )
+
+    async def epoch() -> list[int]:
+        return [n async for n in dataset]
+
+    assert asyncio.run(epoch()) == list(range(40))
+    assert len(writes) == 2  # the first chunk went into the cache, the second failed
+    assert dataset.cache is not None and dataset.cache.usage() == 0
+    counts = dataset.take_source_counts()
+    size = Path(writer.shards[0]).stat().st_size
+    # The whole shard, and once more the chunk that could not be written: the rest came
+    # from where the file left off, not from the start.
+    assert counts is not None and counts.cache_misses == 1
+    assert size < counts.store_bytes < size + 2 * writes[1]

@@ -41,7 +41,6 @@ opener).
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -246,11 +245,14 @@ class LocalCache:
             finally:
                 await _aclose(chunks)
             return
+        reader = -1
         try:
             reader = os.open(files.part, os.O_RDONLY | os.O_CLOEXEC)
             # On the inode: after the rename the entry is ours until we are done reading.
-            fcntl.flock(reader, fcntl.LOCK_SH)
+            folder.hold(reader)
         except BaseException:
+            if reader >= 0:
+                os.close(reader)
             os.close(part)
             folder.abandon(files, size)
             folder.unlock_entry(files, lock)

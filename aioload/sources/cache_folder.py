@@ -39,13 +39,17 @@ A crash at any point leaves nothing that passes for whole: at worst a
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, no cache (the rest works)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["EVICTION_SLACK", "CacheFolder", "EntryFiles"]
 
@@ -88,6 +92,8 @@ class CacheFolder:
     """
 
     def __init__(self, path: str, limit: int | None) -> None:
+        if fcntl is None:  # pragma: no cover - Windows
+            raise NotImplementedError("a local cache needs flock(), which this platform lacks")
         os.makedirs(path, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(f"the cache folder {path!r} is not writable")
@@ -126,6 +132,10 @@ class CacheFolder:
             os.close(fd)
             raise
         return fd
+
+    def hold(self, fd: int) -> None:
+        """Holds the file ``fd`` has open against eviction (until it is closed)."""
+        fcntl.flock(fd, fcntl.LOCK_SH)
 
     # -- the one writer of an entry -----------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from aioload.policy import SkippedItem
+from aioload.source_stats import SourceCounts
 
 __all__ = ["Outcome"]
 
@@ -34,6 +35,9 @@ class Outcome(NamedTuple):
             an executor), which a tracked stream's state belongs to.
         empty: nothing to deliver: every item was skipped.
         end: the stream has no more batches (nothing to deliver either).
+        counts: what the dataset's reads came to since the previous outcome
+            (cache hits, bytes from the store: :mod:`aioload.source_stats`);
+            None when the dataset counts nothing or nothing changed.
     """
 
     seq: int
@@ -45,3 +49,4 @@ class Outcome(NamedTuple):
     worker: int | None = None
     empty: bool = False
     end: bool = False
+    counts: SourceCounts | None = None

@@ -20,7 +20,8 @@ Skips: under ``on_error='skip'`` an outcome carries the items its batch
 dropped; the epoch records them in its :class:`~aioload.policy.SkipLog` (which
 logs each once) as they arrive, and ends with the log's
 :class:`~aioload.TooManySkippedError` once past ``max_skipped``; its
-retries are added to the stats. A batch whose every item was dropped
+retries are added to the stats, and so are the dataset's counts of its reads
+(:mod:`aioload.source_stats`). A batch whose every item was dropped
 completes with nothing to deliver, like a request past the end of a stream.
 
 What was received (checkpoints): the consumer's iterator tells the epoch's
@@ -420,6 +421,8 @@ class Epoch:
             return  # the epoch failed: nobody waits for this batch any more
         if outcome.retries:
             self.stats.add_retries(outcome.retries)
+        if outcome.counts is not None:
+            self.stats.add_counts(outcome.counts)
         skipped = outcome.skipped
         if skipped:
             self.stats.skipped += len(skipped)

@@ -16,7 +16,9 @@ new value, never a torn one):
   aioload's own thread under ``for``): fetch latencies and bytes of the
   measured batches (the first 8 of an epoch, then one in 32: a batch that is
   not measured costs a comparison), skips, worker restarts, retries reported
-  by workers;
+  by workers, and what datasets count of their reads (cache hits and misses,
+  bytes from the store: :mod:`aioload.source_stats`), which ride in each
+  batch's outcome as retries do;
 - retries made in a fetch thread (sync datasets) go through a lock: they are
   on the slow path anyway.
 
@@ -40,6 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aioload.batch_measure import batch_nbytes, measure_batch
+from aioload.source_stats import SourceCounts
 
 __all__ = [
     "LATENCY_SAMPLES",
@@ -92,6 +95,8 @@ class EpochRecorder:
         "_lock",
         "_stream_batch",
         "batches",
+        "cache_hits",
+        "cache_misses",
         "collated",
         "ended",
         "fetched",
@@ -102,6 +107,7 @@ class EpochRecorder:
         "skipped",
         "stall",
         "started",
+        "store_bytes",
         "worker_restarts",
     )
 
@@ -131,6 +137,9 @@ class EpochRecorder:
         self.retries = 0
         self.skipped = 0
         self.worker_restarts = 0
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.store_bytes = 0
 
     # -- the loop's side ----------------------------------------------------
 
@@ -168,6 +177,12 @@ class EpochRecorder:
         with self._lock:
             self.retries += count
 
+    def add_counts(self, counts: SourceCounts) -> None:
+        """A batch's outcome reports what the dataset counted of its reads (the loop's side)."""
+        self.cache_hits += counts.cache_hits
+        self.cache_misses += counts.cache_misses
+        self.store_bytes += counts.store_bytes
+
     # -- the consumer's side ------------------------------------------------
 
     def end(self) -> None:
@@ -189,6 +204,9 @@ class EpochRecorder:
             retries=self.retries,
             skipped=self.skipped,
             worker_restarts=self.worker_restarts,
+            cache_hits=self.cache_hits,
+            cache_misses=self.cache_misses,
+            store_bytes=self.store_bytes,
         )
 
     def gauges(self) -> Gauges:
@@ -224,6 +242,17 @@ class IterationStats:
         retries: extra attempts the fault policy made at items (``retry=``).
         skipped: items dropped under ``on_error='skip'``.
         worker_restarts: worker processes that died and were replaced.
+        cache_hits: shards or objects a dataset read from its local cache
+            (``cache_dir=`` of :class:`~aioload.sources.ShardDataset` and
+            :class:`~aioload.sources.ObjectDataset`).
+        cache_misses: shards or objects a dataset with a cache read from the
+            store instead.
+        store_bytes: bytes the object-store datasets received from the store,
+            with a cache or without.
+
+    The last three come from the datasets (see :mod:`aioload.source_stats`):
+    a worker reports them with its next batch, so a span's figures include
+    what was read ahead for the next batch, and the totals are exact.
     """
 
     batches: int
@@ -234,6 +263,9 @@ class IterationStats:
     retries: int
     skipped: int
     worker_restarts: int
+    cache_hits: int = 0
+    cache_misses: int = 0
+    store_bytes: int = 0
 
     @property
     def items_per_s(self) -> float:
@@ -283,10 +315,13 @@ def _fields(stats: IterationStats) -> tuple[Any, ...]:
         stats.retries,
         stats.skipped,
         stats.worker_restarts,
+        stats.cache_hits,
+        stats.cache_misses,
+        stats.store_bytes,
     )
 
 
-_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0)
+_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +392,11 @@ class LoaderStats:
             )
             fetch += " ms"
         faults = f"retries {e.retries}, skipped {e.skipped}, worker restarts {e.worker_restarts}"
+        if e.cache_hits or e.cache_misses or e.store_bytes:
+            faults += (
+                f" | cache hits {e.cache_hits}, misses {e.cache_misses}, "
+                f"from the store {_si(e.store_bytes)}B"
+            )
         state = "running" if self.iterating else "done"
         return (
             f"epoch {self.epochs} ({state}): {e.batches} batches, {_si(e.items)} items, "

@@ -34,6 +34,7 @@ from typing import Any
 from aioload.errors import WorkerError
 from aioload.outcome import Outcome
 from aioload.policy import SkippedItem
+from aioload.source_stats import SourceCounts
 from aioload.transport import Written
 
 __all__ = [
@@ -210,6 +211,7 @@ class WireOutcome:
     stream_state: Any = None
     empty: bool = False
     end: bool = False
+    counts: SourceCounts | None = None
 
 
 def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
@@ -226,6 +228,7 @@ def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
         and outcome.stream_state is None
         and not outcome.empty
         and not outcome.end
+        and outcome.counts is None
     ):
         return outcome.batch
     return WireOutcome(
@@ -236,6 +239,7 @@ def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
         outcome.stream_state,
         outcome.empty,
         outcome.end,
+        outcome.counts,
     )
 
 
@@ -258,4 +262,5 @@ def outcome_from_wire(
         worker,
         payload.empty,
         payload.end,
+        payload.counts,
     )

@@ -359,6 +359,7 @@ SUITES: dict[str, Callable[[bool], list[Workload]]] = {
     "workers": workers_workloads,
     "collate": collate_workloads,
     "sources": module_suite("bench_sources"),
+    "cache": module_suite("bench_cache"),
     "executor": module_suite("bench_executor"),
     "startup": module_suite("bench_startup"),
 }

@@ -327,7 +327,10 @@ class ProcessBackend:
                 error.add_note(f"raised while receiving the result of worker {handle.id}")
                 deliver(Outcome(seq, error=error, worker=handle.id))
                 continue
-            deliver(outcome_from_wire(payload, seq, worker=handle.id, where=self._where(handle)))
+            outcome = outcome_from_wire(payload, seq, worker=handle.id, where=self._where(handle))
+            if outcome.end:  # the stream's end, with the dataset's last counts
+                self._exhausted_workers.add(handle.id)
+            deliver(outcome)
 
     @staticmethod
     def _where(handle: _Handle) -> str:

@@ -13,7 +13,9 @@ it. It
 - collates what was kept (or the one sample, without automatic batching);
 - and returns one :class:`~aioload.backends.base.Outcome` that says
   everything: the batch or the error, the skipped items, the retries, the
-  stream's state after the batch, "nothing to deliver", "the stream ended".
+  stream's state after the batch, "nothing to deliver", "the stream ended",
+  and what the dataset counted of its reads since the previous outcome (a
+  dataset with the ``take_source_counts`` hook of :mod:`aioload.source_stats`).
 
 Every error of a read is its batch's outcome, ``SystemExit`` and
 ``KeyboardInterrupt`` raised by the dataset included (only cancellations
@@ -31,6 +33,7 @@ whatever its type (a tuple or a list is one key then), as in torch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -42,6 +45,7 @@ from aioload.eager import ItemPool
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
 from aioload.groups import reported
 from aioload.policy import FaultPolicy
+from aioload.source_stats import SourceCounts
 
 __all__ = ["BatchReader", "WorkerSetup"]
 
@@ -119,6 +123,12 @@ class BatchReader:
         self._track = protocol.iterable and setup.track_stream_state
         self._retries = 0
         self._retries_lock = threading.Lock()
+        # The dataset's source-counts hook (aioload.source_stats), if it has one: only then
+        # does an outcome pay for a call.
+        take = getattr(setup.dataset, "take_source_counts", None)
+        self._take_counts: Callable[[], SourceCounts | None] | None = (
+            take if callable(take) else None
+        )
         policy = setup.policy
         self._guard: GuardedFetcher | None = None
         if policy is not None and policy.active and not protocol.iterable:
@@ -156,6 +166,10 @@ class BatchReader:
 
     def read_sync(self, seq: int, keys: Any) -> Outcome:
         """Batch ``seq`` of a sync map-style dataset, read and collated here."""
+        outcome = self._read_sync(seq, keys)
+        return outcome if self._take_counts is None else self._counted(outcome)
+
+    def _read_sync(self, seq: int, keys: Any) -> Outcome:
         guard = self._guard
         try:
             if guard is None:
@@ -177,6 +191,8 @@ class BatchReader:
 
         ``done`` may be called before this returns (items that did not suspend).
         """
+        if self._take_counts is not None:
+            done = functools.partial(self._deliver_counted, done)
         guard = self._guard
         single = self._single
 
@@ -221,6 +237,18 @@ class BatchReader:
     def _failed(self, seq: int, error: BaseException) -> Outcome:
         return Outcome(seq, error=error, retries=self._take_retries())
 
+    def _counted(self, outcome: Outcome) -> Outcome:
+        """``outcome`` with the dataset's source counts since the previous one."""
+        assert self._take_counts is not None
+        try:
+            counts = self._take_counts()
+        except Exception:  # a broken hook must not cost a batch: its counts are lost
+            return outcome
+        return outcome if counts is None else outcome._replace(counts=counts)
+
+    def _deliver_counted(self, done: Callable[[Outcome], None], outcome: Outcome) -> None:
+        done(self._counted(outcome))
+
     def _count_retry(self) -> None:
         with self._retries_lock:  # sync reads retry in several fetch threads
             self._retries += 1
@@ -237,6 +265,10 @@ class BatchReader:
 
     def next_sync(self, seq: int) -> Outcome:
         """Batch ``seq``: the next batch of a sync stream (``end`` once there is none)."""
+        outcome = self._next_sync(seq)
+        return outcome if self._take_counts is None else self._counted(outcome)
+
+    def _next_sync(self, seq: int) -> Outcome:
         stream = self._sync_stream
         if stream is None:
             return self._not_opened(seq)
@@ -254,6 +286,10 @@ class BatchReader:
 
     async def next_async(self, seq: int) -> Outcome:
         """Batch ``seq`` of a stream on the running loop (call one at a time, in order)."""
+        outcome = await self._next_async(seq)
+        return outcome if self._take_counts is None else self._counted(outcome)
+
+    async def _next_async(self, seq: int) -> Outcome:
         stream = self._async_stream
         if stream is None:
             return self._not_opened(seq)

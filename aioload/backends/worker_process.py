@@ -388,9 +388,10 @@ class _Worker:
             return  # finished after its epoch was cancelled: nobody waits for it
         seq = outcome.seq
         try:
-            if outcome.end:
+            if outcome.end and outcome.counts is None:
                 send_result(self._results, Result.END, epoch, seq, None)
                 return
+            # (An end that carries the dataset's last counts travels as an outcome.)
             if in_arena is not None:
                 outcome = outcome._replace(batch=in_arena.batch)
             try:

@@ -9,9 +9,10 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
     images = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **credentials)
     loader = DataLoader(images, sampler=images.listing(), batch_size=32)
 
-    # WebDataset-style tar shards, streamed, split by rank and worker
+    # WebDataset-style tar shards, streamed, split by rank and worker, kept on local disk
     shards = ShardDataset("s3://bucket/train-{000000..000099}.tar", decode=default_decode,
-                          shuffle_shards=True, shuffle_buffer=1000, **credentials)
+                          shuffle_shards=True, shuffle_buffer=1000,
+                          cache_dir="/scratch/cache", cache_limit="50GB", **credentials)
     loader = DataLoader(shards, batch_size=32, num_workers=2)
 
 :class:`ObjectServer` (an HTTP object server with injected latency and errors;
@@ -32,8 +33,11 @@ except ImportError as error:  # pragma: no cover - depends on the installation
     ) from error
 
 from aioload.errors import TarFormatError
+from aioload.sources.cache import LocalCache
+from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
 from aioload.sources.objects import ObjectDataset, ObjectListing
-from aioload.sources.shards import ShardDataset, default_decode, expand_urls
+from aioload.sources.shards import ShardDataset, expand_urls
+from aioload.sources.sizes import parse_size
 from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
 from aioload.sources.writer import ShardWriter
 
@@ -43,6 +47,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RETRY_CONFIG",
+    "DecodeError",
+    "Decoder",
+    "LocalCache",
     "ObjectDataset",
     "ObjectListing",
     "ObjectServer",
@@ -50,10 +57,12 @@ __all__ = [
     "ShardDataset",
     "ShardWriter",
     "TarFormatError",
+    "decode_image",
     "default_decode",
     "expand_urls",
     "is_transient",
     "open_store",
+    "parse_size",
 ]
 
 

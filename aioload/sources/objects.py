@@ -13,13 +13,18 @@ of a large bucket is still being listed.
 
 from __future__ import annotations
 
+import functools
 import numbers
-from collections.abc import AsyncGenerator, Callable, Sequence
+import os
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import obstore
 
 from aioload.datasets import Dataset
+from aioload.source_stats import SourceCounter, SourceCounts
+from aioload.sources.cache import LocalCache, entry_identity
+from aioload.sources.decoders import Decoder, as_decoder
 from aioload.sources.stores import StoreLocation, join_key, raise_translated
 from aioload.urls import redact_url
 
@@ -51,6 +56,28 @@ def _check_range(byte_range: Any, what: str) -> ByteRange:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+async def _fetch(
+    location: StoreLocation, path: str, byte_range: ByteRange | None, counts: SourceCounter
+) -> Any:
+    """The object at ``path`` (or its byte range), from the store; errors name it."""
+    store = location.store
+    try:
+        if byte_range is None:
+            data: Any = await (await obstore.get_async(store, path)).bytes_async()
+        else:
+            start, end = byte_range
+            if end is not None:
+                data = await obstore.get_range_async(store, path, start=start, end=end)
+            else:
+                bound: Any = {"offset": start} if start >= 0 else {"suffix": -start}
+                result = await obstore.get_async(store, path, options={"range": bound})
+                data = await result.bytes_async()
+    except Exception as error:
+        raise_translated(error, location.describe(path))
+    counts.received(len(data))
+    return data
 
 
 class ObjectListing:
@@ -123,13 +150,24 @@ class ObjectDataset(Dataset[Any]):
             :meth:`listing` as the loader's sampler.
         prefix: with ``keys=None``, what :meth:`listing` lists: the keys that
             start with it (relative to the URL; default all).
-        decode: turns an object's bytes (a bytes-like ``obstore.Bytes``) into a
-            sample; runs where the fetch runs (in the worker with
-            ``num_workers > 0``). Default: the bytes as ``bytes``.
+        decode: turns an object's bytes (a bytes-like ``obstore.Bytes``, or
+            ``bytes`` from the cache) into a sample; runs where the fetch runs
+            (in the worker with ``num_workers > 0``). A
+            :class:`~aioload.sources.Decoder` (or a mapping of extension ->
+            ``fn(bytes)``, merged over the default decoders) decodes each
+            object by its key's extension: ``x.jpg`` as an image, ``x.npy``
+            as an array... Default: the bytes as ``bytes``.
         byte_range: read only ``(start, end)`` of every object (end exclusive;
             ``(start, None)``: from ``start`` on; ``(-n, None)``: the last ``n``
             bytes). A key may also be a tuple ``(key, start, end)`` for a range
             of its own.
+        cache_dir: a local folder that keeps every object read (each byte
+            range apart), so that later reads of it come from disk and send
+            the store no request (shared safely by workers and processes;
+            see :class:`~aioload.sources.LocalCache`). Default: no cache.
+        cache_limit: the most bytes the cache takes on disk: an int, or a
+            size such as ``"50GB"``, ``"512MiB"``; least recently used
+            objects go first. Default: no limit but the disk's.
         **store_options: options of :func:`~aioload.sources.open_store`
             (endpoint, credentials, ...) when ``url_or_store`` is a URL.
 
@@ -153,8 +191,10 @@ class ObjectDataset(Dataset[Any]):
         keys: Sequence[str] | None = None,
         *,
         prefix: str | None = None,
-        decode: Callable[[Any], Any] | None = None,
+        decode: Callable[[Any], Any] | Mapping[str, Callable[[bytes], Any] | None] | None = None,
         byte_range: ByteRange | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **store_options: Any,
     ) -> None:
         if keys is not None:
@@ -171,13 +211,16 @@ class ObjectDataset(Dataset[Any]):
                     raise TypeError(f"keys should be str (relative to the URL); got {key!r}")
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError(f"prefix should be a str; got {prefix!r}")
-        if decode is not None and not callable(decode):
-            raise TypeError(f"decode should be callable (bytes -> sample); got {decode!r}")
+        decode = as_decoder(decode, "bytes -> sample")
+        if cache_dir is None and cache_limit is not None:
+            raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
         self._location = StoreLocation(url_or_store, store_options)
         self._keys = keys
         self.prefix = prefix or ""
         self.decode = decode
         self.byte_range = None if byte_range is None else _check_range(byte_range, "byte_range")
+        self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
+        self._counts = SourceCounter()
 
     @property
     def keys(self) -> list[str] | None:
@@ -192,6 +235,14 @@ class ObjectDataset(Dataset[Any]):
                 "keys= (e.g. keys=await dataset.listing().collect())"
             )
         return len(self._keys)
+
+    def take_source_counts(self) -> SourceCounts | None:
+        """Cache hits and misses and bytes from the store since the previous call.
+
+        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
+        (see :mod:`aioload.source_stats`); counted in the process that reads.
+        """
+        return self._counts.take()
 
     def listing(self, prefix: str | None = None, *, chunk_size: int = 1000) -> ObjectListing:
         """An async sampler of the keys under ``prefix`` (default: the dataset's prefix).
@@ -220,23 +271,30 @@ class ObjectDataset(Dataset[Any]):
             raise TypeError(f"a key should be a str (or an int index into keys); got {key!r}")
         location = self._location
         path = location.key(key)
-        store = location.store
-        try:
-            if byte_range is None:
-                data: Any = await (await obstore.get_async(store, path)).bytes_async()
-            else:
-                start, end = byte_range
-                if end is not None:
-                    data = await obstore.get_range_async(store, path, start=start, end=end)
-                else:
-                    bound: Any = {"offset": start} if start >= 0 else {"suffix": -start}
-                    result = await obstore.get_async(store, path, options={"range": bound})
-                    data = await result.bytes_async()
-        except Exception as error:
-            raise_translated(error, location.describe(path))
-        if self.decode is None:
+        cache = self.cache
+        if cache is None:
+            data: Any = await _fetch(location, path, byte_range, self._counts)
+        else:
+            identity = entry_identity(location.describe(path), location.store)
+            name = path.rpartition("/")[2]
+            if byte_range is not None:
+                identity += f" [{byte_range[0]}:{byte_range[1]}]"
+                name += f".{byte_range[0]}-{byte_range[1]}"
+            data = await cache.read(
+                identity,
+                name,
+                functools.partial(_fetch, location, path, byte_range, self._counts),
+                self._counts,
+            )
+        decode = self.decode
+        if decode is None:
             return bytes(data)
-        return self.decode(data)
+        if isinstance(decode, Decoder):
+            # By the key's extension; a handler gets plain bytes (json.loads needs them).
+            return decode.decode_field(
+                path.rpartition("/")[2], bytes(data), key=key, url=location.describe(path)
+            )
+        return decode(data)
 
     def __repr__(self) -> str:
         where = self._location.url or self._location.base

@@ -21,14 +21,17 @@ worker instead draws shards at random, with replacement, forever (seeded from
 
 A shuffle buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and
 worker) mixes samples across neighbouring shards; memory stays bounded by it.
+
+With ``cache_dir`` a shard read once is kept on local disk, and later epochs
+read it from there (:mod:`aioload.sources.cache`).
 """
 
 from __future__ import annotations
 
-import io
-import json
+import functools
+import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,6 +41,9 @@ import obstore
 
 from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
+from aioload.source_stats import SourceCounter, SourceCounts
+from aioload.sources.cache import LocalCache, entry_identity
+from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.interleave import interleave
 from aioload.sources.stores import StoreLocation, raise_translated
 from aioload.sources.tar import group_samples, iter_tar
@@ -84,35 +90,6 @@ def expand_urls(urls: str | Sequence[str]) -> list[str]:
     return expanded
 
 
-def default_decode(sample: dict[str, Any]) -> dict[str, Any]:
-    """Decodes the fields of a sample by their extension; others stay bytes.
-
-    ``npy`` -> numpy array, ``json`` -> object, ``txt``/``text`` -> str,
-    ``cls``/``cls2``/``index``/``label`` -> int.
-
-    Example::
-
-        >>> default_decode({"__key__": "a", "cls": b"7", "txt": b"cat"})
-        {'__key__': 'a', 'cls': 7, 'txt': 'cat'}
-    """
-    decoded: dict[str, Any] = {}
-    for field, value in sample.items():
-        extension = field.rpartition(".")[2]
-        if field.startswith("__") or not isinstance(value, bytes | bytearray):
-            decoded[field] = value
-        elif extension == "npy":
-            decoded[field] = np.load(io.BytesIO(value), allow_pickle=False)
-        elif extension == "json":
-            decoded[field] = json.loads(value)
-        elif extension in ("txt", "text"):
-            decoded[field] = value.decode("utf-8")
-        elif extension in ("cls", "cls2", "index", "label"):
-            decoded[field] = int(value)
-        else:
-            decoded[field] = value
-    return decoded
-
-
 class ShardDataset(IterableDataset[Any]):
     """Streams the samples of WebDataset-style tar shards from an object store.
 
@@ -127,8 +104,11 @@ class ShardDataset(IterableDataset[Any]):
             (``"s3://bucket/train-{000000..000099}.tar"``).
         decode: turns a sample dict into the sample the loader collates; runs
             where the shard is read (in the worker with ``num_workers > 0``).
-            :func:`default_decode` decodes ``npy``, ``json``, ``txt``, ``cls``.
-            Default: the dict of bytes.
+            A callable, a :class:`~aioload.sources.Decoder`, or a mapping of
+            extension -> ``fn(bytes)`` merged over the default decoders
+            (``decode={"jpg": my_fn}``). :func:`default_decode` decodes
+            images, ``npy``, ``npz``, ``json``, ``txt``, ``cls`` (see
+            :mod:`aioload.sources.decoders`). Default: the dict of bytes.
         shuffle_shards: a new order of the shards every epoch (from ``seed``
             and the epoch; see :meth:`set_epoch`).
         shuffle_buffer: samples held in a shuffle buffer (0 or 1: none).
@@ -143,6 +123,14 @@ class ShardDataset(IterableDataset[Any]):
             its first byte and then arrives at one connection's pace, so
             several at once keep a latency-bound store busy. The order stays
             deterministic. Default: 1, one shard after the other.
+        cache_dir: a local folder that keeps every shard read, so that later
+            epochs read it from disk and send the store no request for it
+            (shared safely by workers and processes; see
+            :class:`~aioload.sources.LocalCache`). Default: no cache.
+        cache_limit: the most bytes the cache takes on disk, partial
+            downloads included: an int, or a size such as ``"50GB"``,
+            ``"512MiB"``; least recently used shards go first. Default: no
+            limit but the disk's.
         **store_options: options of :func:`~aioload.sources.open_store`
             (endpoint, credentials, ...).
 
@@ -162,7 +150,10 @@ class ShardDataset(IterableDataset[Any]):
         self,
         urls: str | Sequence[str],
         *,
-        decode: Callable[[dict[str, Any]], Any] | None = None,
+        decode: Callable[[dict[str, Any]], Any]
+        | Mapping[str, Callable[[bytes], Any] | None]
+        | Decoder
+        | None = None,
         shuffle_shards: bool = False,
         shuffle_buffer: int = 0,
         seed: int = 0,
@@ -170,13 +161,16 @@ class ShardDataset(IterableDataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         shards_in_flight: int = 1,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **store_options: Any,
     ) -> None:
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("ShardDataset needs at least one shard URL")
-        if decode is not None and not callable(decode):
-            raise TypeError(f"decode should be callable (sample dict -> sample); got {decode!r}")
+        decode = as_decoder(decode, "sample dict -> sample")
+        if cache_dir is None and cache_limit is not None:
+            raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer should be an int >= 0; got {shuffle_buffer!r}")
         if not isinstance(seed, int) or seed < 0:
@@ -193,6 +187,8 @@ class ShardDataset(IterableDataset[Any]):
         self.world_size = world_size
         self.shards_in_flight = shards_in_flight
         self.epoch = 0
+        self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
+        self._counts = SourceCounter()
         # One location per store root (scheme and bucket or host), built and checked now.
         self._locations: dict[str, StoreLocation] = {}
         self._paths: list[tuple[str, str]] = []
@@ -217,6 +213,14 @@ class ShardDataset(IterableDataset[Any]):
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
         self.epoch = epoch
+
+    def take_source_counts(self) -> SourceCounts | None:
+        """Cache hits and misses and bytes from the store since the previous call.
+
+        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
+        (see :mod:`aioload.source_stats`); counted in the process that reads.
+        """
+        return self._counts.take()
 
     def shards(self, worker: int = 0, num_workers: int = 1) -> list[str]:
         """The shard URLs that worker ``worker`` of ``num_workers`` of this rank reads this epoch.
@@ -271,9 +275,20 @@ class ShardDataset(IterableDataset[Any]):
         url = redact_url(self.urls[index])
         root, path = self._paths[index]
         location = self._locations[root]
+        counts, cache = self._counts, self.cache
+        stream = (
+            _shard_stream(location, path, url, counts)
+            if cache is None
+            else cache.stream(
+                entry_identity(url, location.store),
+                path.rpartition("/")[2],
+                functools.partial(_open_shard, location, path, url, counts),
+                counts,
+            )
+        )
         # Closed innermost last, whatever ends the iteration (the end, a break, an error).
         async with (
-            aclosing(_shard_stream(location, path, url)) as stream,
+            aclosing(stream) as stream,
             aclosing(iter_tar(stream, url)) as members,
             aclosing(group_samples(members, url)) as grouped,
         ):
@@ -285,14 +300,31 @@ class ShardDataset(IterableDataset[Any]):
 
 
 async def _shard_stream(
-    location: StoreLocation, path: str, url: str
+    location: StoreLocation, path: str, url: str, counts: SourceCounter
 ) -> AsyncGenerator[bytes, None]:
     """The bytes of one shard, chunk by chunk as they arrive; errors name the shard."""
+    _, chunks = await _open_shard(location, path, url, counts)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
+
+
+async def _open_shard(
+    location: StoreLocation, path: str, url: str, counts: SourceCounter, offset: int = 0
+) -> tuple[int, AsyncGenerator[bytes, None]]:
+    """The shard's size and its bytes from ``offset`` on, as they arrive (counted)."""
     try:
-        result = await obstore.get_async(location.store, path)
+        options: Any = {"range": {"offset": offset}} if offset else None
+        result = await obstore.get_async(location.store, path, options=options)
         chunks = aiter(result.stream(min_chunk_size=STREAM_CHUNK))
     except Exception as error:
         raise_translated(error, url)
+    return int(result.meta["size"]), _received(chunks, url, counts)
+
+
+async def _received(
+    chunks: AsyncIterator[bytes], url: str, counts: SourceCounter
+) -> AsyncGenerator[bytes, None]:
     while True:
         try:
             chunk = await anext(chunks)
@@ -300,6 +332,7 @@ async def _shard_stream(
             return
         except Exception as error:
             raise_translated(error, url)
+        counts.received(len(chunk))
         yield chunk
 
 

@@ -350,8 +350,9 @@ def main() -> None:
     for case in args.only or CASES:
         if case == "torch-imported" and not with_torch:
             continue
-        rows += report(case, measure(case, repeat, args.quick, with_torch))
-        print("\n".join(rows[-len(TARGETS.get(case, {})) - 2 :]), flush=True)
+        case_rows = report(case, measure(case, repeat, args.quick, with_torch))
+        print("\n".join(case_rows), flush=True)
+        rows += case_rows
     print("\n" + "\n".join(rows))
 
 

@@ -205,7 +205,8 @@ def worker_main(
         if isinstance(setup, bytes):
             setup = pickle.loads(setup)
         assert isinstance(setup, WorkerSetup)
-        set_process_worker_info(WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset))
+        info = WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset, setup.batch_size)
+        set_process_worker_info(info)
         seed_generators(seed)
         if setup.worker_init_fn is not None:
             setup.worker_init_fn(worker_id)

@@ -5,11 +5,11 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
     from aioload import DataLoader
     from aioload.sources import ObjectDataset, ShardDataset, default_decode
 
-    # one object per sample, keys listed lazily (the listing is an async sampler)
+    # one object per sample, keys listed as they are read (the dataset offers its listing)
     images = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **credentials)
-    loader = DataLoader(images, sampler=images.listing(), batch_size=32)
+    loader = DataLoader(images, batch_size=32)
 
-    # WebDataset-style tar shards, streamed, split by rank and worker
+    # WebDataset-style tar shards, streamed, split by rank (equal steps) and worker
     shards = ShardDataset("s3://bucket/train-{000000..000099}.tar", decode=default_decode,
                           shuffle_shards=True, shuffle_buffer=1000, **credentials)
     loader = DataLoader(shards, batch_size=32, num_workers=2)
@@ -32,7 +32,10 @@ except ImportError as error:  # pragma: no cover - depends on the installation
     ) from error
 
 from aioload.errors import TarFormatError
+from aioload.sources.listing_shuffle import ShuffledListing
 from aioload.sources.objects import ObjectDataset, ObjectListing
+from aioload.sources.rank_split import Segment
+from aioload.sources.shard_index import ShardIndex, ShardIndexError
 from aioload.sources.shards import ShardDataset, default_decode, expand_urls
 from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
 from aioload.sources.writer import ShardWriter
@@ -47,8 +50,12 @@ __all__ = [
     "ObjectListing",
     "ObjectServer",
     "SeaweedFS",
+    "Segment",
     "ShardDataset",
+    "ShardIndex",
+    "ShardIndexError",
     "ShardWriter",
+    "ShuffledListing",
     "TarFormatError",
     "default_decode",
     "expand_urls",

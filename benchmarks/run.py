@@ -392,6 +392,7 @@ SUITES: dict[str, Callable[[bool], list[Workload]]] = {
     "workers": workers_workloads,
     "collate": collate_workloads,
     "sources": module_suite("bench_sources"),
+    "shards": module_suite("bench_shards"),
     "executor": module_suite("bench_executor"),
 }
 

@@ -6,13 +6,14 @@ the end of its last sample. What comes back is checked against the shard's index
 an index that no longer fits its shard fails loudly instead of yielding the wrong samples:
 
 - the object's size (every ranged answer gives it) must be the index's ``shard_size``;
-- the samples must carry the keys the index lists for those positions, and be as many.
+- the samples must carry the keys the index lists for those positions, and be as many
+  (checked by the reader, :meth:`~aioload.sources.ShardDataset.__aiter__`, as they come:
+  :func:`key_mismatch` and :func:`count_mismatch` are its errors).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator
 
 import obstore
 
@@ -20,7 +21,7 @@ from aioload.sources.rank_split import Segment
 from aioload.sources.shard_index import ShardIndex, ShardIndexError
 from aioload.sources.stores import StoreLocation, raise_translated
 
-__all__ = ["checked_samples", "range_stream"]
+__all__ = ["count_mismatch", "key_mismatch", "range_stream"]
 
 _REBUILD = (
     "the index does not describe this shard (was the shard rewritten after its index?): "
@@ -71,32 +72,25 @@ async def range_stream(
         yield chunk
 
 
-async def checked_samples(
-    samples: AsyncIterator[dict[str, Any]], index: ShardIndex, segment: Segment, url: str
-) -> AsyncGenerator[dict[str, Any], None]:
-    """``samples`` (those of ``segment``), checked against the keys ``index`` lists.
-
-    Raises:
-        ShardIndexError: a sample whose key is not the index's, or a count that differs.
-    """
-    keys = index.keys
-    position, stop = segment.start, segment.stop
-    async for sample in samples:
-        key = sample["__key__"]
-        if position >= stop:
-            raise ShardIndexError(
-                f"{url}: sample {key!r} comes after the {len(segment)} samples its index "
-                f"places from byte {index.byte_range(segment.start, stop)[0]}: " + _REBUILD
-            )
-        if key != keys[position]:
-            raise ShardIndexError(
-                f"{url}: sample {position} has key {key!r}, its index says "
-                f"{keys[position]!r}: " + _REBUILD
-            )
-        position += 1
-        yield sample
-    if position != stop:
-        raise ShardIndexError(
-            f"{url}: {position - segment.start} samples where its index places "
-            f"{len(segment)} (samples {segment.start} to {stop - 1}): " + _REBUILD
+def key_mismatch(
+    url: str, index: ShardIndex, segment: Segment, position: int, key: str
+) -> ShardIndexError:
+    """The error for sample ``key`` read where ``index`` expects sample ``position``."""
+    if position >= segment.stop:
+        first = index.byte_range(segment.start, segment.stop)[0]
+        return ShardIndexError(
+            f"{url}: sample {key!r} comes after the {len(segment)} samples its index places "
+            f"from byte {first}: " + _REBUILD
         )
+    return ShardIndexError(
+        f"{url}: sample {position} has key {key!r}, its index says "
+        f"{index.keys[position]!r}: " + _REBUILD
+    )
+
+
+def count_mismatch(url: str, segment: Segment, position: int) -> ShardIndexError:
+    """The error for a read of ``segment`` that ended before sample ``position``."""
+    return ShardIndexError(
+        f"{url}: {position - segment.start} samples where its index places {len(segment)} "
+        f"(samples {segment.start} to {segment.stop - 1}): " + _REBUILD
+    )

@@ -51,7 +51,7 @@ from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.sources.interleave import interleave
 from aioload.sources.rank_split import Segment, rank_segments, samples_per_rank, worker_segments
-from aioload.sources.segments import checked_samples, range_stream
+from aioload.sources.segments import count_mismatch, key_mismatch, range_stream
 from aioload.sources.shard_index import ShardIndex
 from aioload.sources.shard_indexes import (
     INDEX_CONCURRENCY,
@@ -457,34 +457,36 @@ class ShardDataset(IterableDataset[Any]):
     async def _segment_samples(
         self, segments: Sequence[Segment], indexes: Sequence[ShardIndex], number: int
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """The samples of ``segments[number]``, checked against their shard's index."""
-        segment = segments[number]
-        index = indexes[segment.shard]
-        whole = segment.start == 0 and segment.stop == len(index)
-        samples = self._samples(segment.shard) if whole else self._range_samples(segment, index)
-        url = redact_url(self.urls[segment.shard])
-        async with (
-            aclosing(samples),
-            aclosing(checked_samples(samples, index, segment, url)) as checked,
-        ):
-            async for sample in checked:
-                yield sample
+        """The samples of ``segments[number]``, checked against their shard's index.
 
-    async def _range_samples(
-        self, segment: Segment, index: ShardIndex
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        """The samples of part of a shard, from one byte-range request."""
-        url = redact_url(self.urls[segment.shard])
-        root, path = self._paths[segment.shard]
+        A whole shard is read as the shard split reads it; part of one, with one
+        byte-range request from its first sample's offset. One generator does the
+        reading and the checks: a sample costs what it costs with ``split="shards"``.
+        """
+        segment = segments[number]
+        shard = segment.shard
+        index = indexes[shard]
+        url = redact_url(self.urls[shard])
+        root, path = self._paths[shard]
         location = self._locations[root]
-        first, _ = index.byte_range(segment.start, segment.stop)
+        if segment.start == 0 and segment.stop == len(index):
+            first, stream = 0, _shard_stream(location, path, url)
+        else:
+            first = index.byte_range(segment.start, segment.stop)[0]
+            stream = range_stream(location, path, url, index, segment, STREAM_CHUNK)
+        keys, position, stop = index.keys, segment.start, segment.stop
         async with (
-            aclosing(range_stream(location, path, url, index, segment, STREAM_CHUNK)) as stream,
-            aclosing(iter_tar(stream, url, start=first)) as members,
+            aclosing(stream) as chunks,
+            aclosing(iter_tar(chunks, url, start=first)) as members,
             aclosing(group_samples(members, url)) as grouped,
         ):
             async for sample in grouped:
+                if position >= stop or sample["__key__"] != keys[position]:
+                    raise key_mismatch(url, index, segment, position, sample["__key__"])
+                position += 1
                 yield sample
+        if position != stop:
+            raise count_mismatch(url, segment, position)
 
     async def _samples(self, index: int) -> AsyncGenerator[dict[str, Any], None]:
         """The samples of shard ``index``, as its bytes arrive.

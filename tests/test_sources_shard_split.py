@@ -326,3 +326,13 @@ async def test_write_indexes_puts_built_indexes_beside_their_shards(
     rewritten = await again.write_indexes(overwrite=True)
     assert len(rewritten) == 3
     assert os.path.basename(rewritten[0]) == f"part-000.tar{INDEX_SUFFIX}"
+
+
+def test_a_missing_shard_fails_its_index_load_naming_it(http_shards: str) -> None:
+    urls = ShardDataset(http_shards).urls
+    urls.insert(3, urls[0].replace("part-000", "missing"))
+    dataset = ShardDataset(urls, rank=0, world_size=WORLD)
+    # No index file, so the shard is read to build one: not there either. The error is the
+    # store's own, not a group of them (the other loads are cancelled).
+    with pytest.raises(FileNotFoundError, match=r"missing\.tar"):
+        len(dataset)

@@ -27,7 +27,15 @@ from aioload.sources.shard_index import INDEX_SUFFIX, ShardIndex
 from aioload.sources.stores import StoreLocation, raise_translated, translate
 from aioload.sources.tar_scan import scan_tar
 
-__all__ = ["INDEX_CONCURRENCY", "find_index", "in_order", "put_index", "run_blocking"]
+__all__ = [
+    "INDEX_CONCURRENCY",
+    "find_index",
+    "in_order",
+    "put_index",
+    "read_index_file",
+    "run_blocking",
+    "warn_built",
+]
 
 T = TypeVar("T")
 

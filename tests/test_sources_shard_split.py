@@ -313,6 +313,14 @@ async def test_write_indexes_puts_built_indexes_beside_their_shards(
     assert written == [f"{u}{INDEX_SUFFIX}" for u in dataset.urls]
     assert "have no index file" not in caplog.text  # write_indexes builds them on purpose
     assert await dataset.write_indexes() == []  # all there now
+    # Loaded first (built, with a warning), then written without reading the shards again.
+    loaded = ShardDataset(url, rank=1, world_size=2, **s3_store_options)
+    store, _ = open_store(s3_prefix, **s3_store_options)
+    await obstore.delete_async(store, f"{prefix}/part-001.tar{INDEX_SUFFIX}")
+    with caplog.at_level(logging.WARNING, logger="aioload"):
+        assert len(await loaded.load_indexes()) == 3
+    assert "1 of 3 shards have no index file" in caplog.text
+    assert await loaded.write_indexes() == [f"{dataset.urls[1]}{INDEX_SUFFIX}"]
     again = ShardDataset(url, rank=1, world_size=2, **s3_store_options)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="aioload"):

@@ -166,6 +166,12 @@ class ShardDataset(IterableDataset[Any]):
         rank: this process's rank (default: the ``RANK`` environment variable,
             else 0).
         world_size: the number of ranks (default: ``WORLD_SIZE``, else 1).
+        shards_in_flight: shards each worker (or the loader's loop) streams at
+            once, taking one sample from each in turn (see
+            :mod:`aioload.sources.interleave`): a shard waits a round trip for
+            its first byte and then arrives at one connection's pace, so
+            several at once keep a latency-bound store busy. The order stays
+            deterministic. Default: 1, one shard after the other.
         split: ``"samples"``: the same number of samples on every rank, split at
             sample granularity (needs the shards' indexes); ``"shards"``: whole shards
             per rank and worker (see the module docstring). Default: ``"samples"``
@@ -174,12 +180,6 @@ class ShardDataset(IterableDataset[Any]):
             ``total % world_size`` samples instead of padding the ranks' shares by
             repeating samples from the epoch's start (``DistributedSampler``'s
             choice, and its default: pad).
-        shards_in_flight: shards each worker (or the loader's loop) streams at
-            once, taking one sample from each in turn (see
-            :mod:`aioload.sources.interleave`): a shard waits a round trip for
-            its first byte and then arrives at one connection's pace, so
-            several at once keep a latency-bound store busy. The order stays
-            deterministic. Default: 1, one shard after the other.
         **store_options: options of :func:`~aioload.sources.open_store`
             (endpoint, credentials, ...).
 
@@ -189,9 +189,10 @@ class ShardDataset(IterableDataset[Any]):
                                decode=default_decode, shuffle_shards=True,
                                shuffle_buffer=1000, **credentials)
         loader = DataLoader(dataset, batch_size=32, num_workers=2)
+        steps = len(loader)   # under torchrun: the same on every rank (split="samples")
         for epoch in range(10):
             dataset.set_epoch(epoch)
-            for batch in loader:
+            for batch in loader:   # `steps` batches
                 ...
     """
 
@@ -241,6 +242,7 @@ class ShardDataset(IterableDataset[Any]):
         self.shards_in_flight = shards_in_flight
         self.epoch = 0
         self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
+        self._built: set[int] = set()  # shards whose index was built: no index file yet
         # One location per store root (scheme and bucket or host), built and checked now.
         self._locations: dict[str, StoreLocation] = {}
         self._paths: list[tuple[str, str]] = []
@@ -288,8 +290,8 @@ class ShardDataset(IterableDataset[Any]):
 
         Example::
 
-            >>> dataset.segments()          # rank 1 of 3
-            [Segment(shard=2, start=40, stop=100), Segment(shard=7, start=0, stop=13)]
+            dataset.segments()   # rank 1 of 3, e.g.
+            # [Segment(shard=2, start=40, stop=100), Segment(shard=7, start=0, stop=13)]
         """
         if self.split != "samples":
             raise ValueError("segments() describes split='samples'; this dataset splits shards")
@@ -371,6 +373,7 @@ class ShardDataset(IterableDataset[Any]):
                 len(found),
             )
             self._indexes = [index for index, _ in found]
+            self._built = {i for i, (_, built) in enumerate(found) if built}
         return self._indexes
 
     async def write_indexes(self, *, overwrite: bool = False) -> list[str]:
@@ -388,19 +391,24 @@ class ShardDataset(IterableDataset[Any]):
             dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar", **options)
             written = asyncio.run(dataset.write_indexes())
         """
-        found = await in_order(
-            [partial(self._find_index, i, build=overwrite) for i in range(len(self.urls))],
-            INDEX_CONCURRENCY,
-        )
+        if self._indexes is not None and not overwrite:
+            # Loaded already: the shards read to build their indexes are not read again.
+            indexes, built = self._indexes, sorted(self._built)
+        else:
+            found = await in_order(
+                [partial(self._find_index, i, build=overwrite) for i in range(len(self.urls))],
+                INDEX_CONCURRENCY,
+            )
+            indexes = [index for index, _ in found]
+            built = [i for i, (_, was_built) in enumerate(found) if was_built]
 
         async def write(number: int) -> str:
             root, path = self._paths[number]
             url = redact_url(self.urls[number])
-            return await put_index(self._locations[root], path, url, found[number][0])
+            return await put_index(self._locations[root], path, url, indexes[number])
 
-        built = [i for i, (_, was_built) in enumerate(found) if was_built]
         written = await in_order([partial(write, i) for i in built], INDEX_CONCURRENCY)
-        self._indexes = [index for index, _ in found]
+        self._indexes, self._built = indexes, set()
         return written
 
     async def _find_index(self, number: int, build: bool = False) -> tuple[ShardIndex, bool]:

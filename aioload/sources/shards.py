@@ -268,15 +268,18 @@ class ShardDataset(IterableDataset[Any]):
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
         self.epoch = epoch
 
-    def shards(self, worker: int = 0, num_workers: int = 1) -> list[str]:
+    def shards(
+        self, worker: int = 0, num_workers: int = 1, batch_size: int | None = None
+    ) -> list[str]:
         """The shard URLs that worker ``worker`` of ``num_workers`` of this rank reads this epoch.
 
-        With ``split="samples"`` some may be read in part (see :meth:`segments`), and a
-        shard may come twice (the padding). Not for ``resampled``, which draws them as it
-        goes.
+        With ``split="samples"`` some may be read in part and a shard may come twice (the
+        padding); which ones a worker reads depends on the loader's ``batch_size`` (see
+        :meth:`segments`). Not for ``resampled``, which draws them as it goes.
         """
         if self.split == "samples":
-            return [self.urls[s.shard] for s in self.segments(worker, num_workers)]
+            segments = self.segments(worker, num_workers, batch_size)
+            return [self.urls[segment.shard] for segment in segments]
         return [self.urls[i] for i in self._order(worker, num_workers)]
 
     def segments(

@@ -2,7 +2,8 @@
 
 :func:`check_arguments` validates what ``DataLoader(...)`` was given, with
 torch's messages where torch has them, and returns the :class:`LoaderArguments`
-they settle: the samplers built (``shuffle`` → a ``RandomSampler``, a
+they settle: the samplers built (the dataset's own ``default_sampler()`` where it offers
+one, see :mod:`aioload.dataset_sampler`; else ``shuffle`` → a ``RandomSampler``; a
 ``batch_size`` → a ``BatchSampler``), defaults filled in, the fault policy and
 the dataset's protocol. Nothing here knows how batches are loaded.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from aioload.backends.executor import check_executor, executor_size
 from aioload.backends.inline import THREADS_FOR_THREAD_SAFE
+from aioload.dataset_sampler import offered_sampler
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.policy import FaultPolicy, RetryPolicy
 from aioload.samplers import BatchSampler, RandomSampler, Rng, SequentialSampler, _as_generator
@@ -60,6 +62,7 @@ class LoaderArguments:
     prefetch_factor: int | None
     concurrency: int
     policy: FaultPolicy
+    sampler_offered: bool = False  # the sampler is the dataset's default_sampler()'s
 
 
 def check_arguments(
@@ -197,7 +200,12 @@ def check_arguments(
             )
 
     rng = _as_generator(generator)
+    offered = False
     if not protocol.iterable:
+        if sampler is None and batch_sampler is None:
+            # A dataset may offer its own (see aioload.dataset_sampler): one listed as it goes.
+            sampler = offered_sampler(dataset, bool(shuffle), rng)
+            offered = sampler is not None
         if sampler is None:
             sampler = (
                 RandomSampler(dataset, generator=rng) if shuffle else SequentialSampler(dataset)
@@ -215,6 +223,7 @@ def check_arguments(
         prefetch_factor=prefetch_factor,
         concurrency=concurrency,
         policy=policy,
+        sampler_offered=offered,
     )
     if isinstance(max_skipped, float) and epoch_items(sampler, batch_sampler) is None:
         raise ValueError(

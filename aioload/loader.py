@@ -27,6 +27,7 @@ from aioload.backends.factory import Backends
 from aioload.backends.reader import WorkerSetup
 from aioload.checkpoint import Checkpoints
 from aioload.collate import default_collate, default_convert
+from aioload.dataset_sampler import unsized_message
 from aioload.handoff import LoopOutput, ThreadOutput
 from aioload.iteration import (
     AsyncBatchIterator,
@@ -87,6 +88,12 @@ class DataLoader(Generic[T_co]):
         batch_size: samples per batch; ``None`` turns automatic batching off.
         shuffle: reshuffle the data every epoch (map-style only).
         sampler: a sampler of keys (sync or async iterable); excludes ``shuffle``.
+            Without it (and without ``batch_sampler``) the keys come from the
+            dataset's own ``default_sampler(shuffle, generator)`` where it has one
+            (a dataset that lists its keys as it goes, such as
+            :class:`~aioload.sources.ObjectDataset` without ``keys``; see
+            :mod:`aioload.dataset_sampler`), else from a ``SequentialSampler``, or a
+            ``RandomSampler`` with ``shuffle``.
         batch_sampler: a sampler of lists of keys; excludes ``batch_size``,
             ``shuffle``, ``sampler`` and ``drop_last``.
         num_workers: worker processes; 0 loads on the event loop. Each worker
@@ -326,6 +333,7 @@ class DataLoader(Generic[T_co]):
         # _IterableDataset_len_called): an epoch that overruns it warns.
         self._len_reported: int | None = None
         self._protocol = protocol
+        self._sampler_offered = arguments.sampler_offered
         if collate_fn is None:
             collate_fn = (
                 self._default_collate_fn if self._auto_collation else self._default_convert_fn
@@ -398,7 +406,12 @@ class DataLoader(Generic[T_co]):
                     return length // self.batch_size
                 return math.ceil(length / self.batch_size)
             return int(length)
-        return len(self._index_sampler)
+        try:
+            return len(self._index_sampler)
+        except TypeError as error:
+            if not self._sampler_offered:
+                raise
+            raise TypeError(unsized_message(self.dataset, self.sampler)) from error
 
     @property
     def skipped(self) -> list[SkippedItem]:

@@ -24,12 +24,18 @@ class WorkerInfo:
         num_workers: how many workers the loader has.
         seed: the seed of this worker's random generators (``base_seed + id``).
         dataset: this worker's copy of the dataset.
+        batch_size: the loader's ``batch_size`` (None without automatic
+            batching): for an iterable dataset, the samples per batch each worker
+            makes of its own stream. Not in torch's ``WorkerInfo``: an iterable
+            dataset may use it to share its stream out in whole batches, so that
+            the workers' batches add up to ``len(loader)``.
     """
 
     id: int
     num_workers: int
     seed: int
     dataset: Any
+    batch_size: int | None = None
 
 
 _worker_info: WorkerInfo | None = None

@@ -360,6 +360,7 @@ SUITES: dict[str, Callable[[bool], list[Workload]]] = {
     "collate": collate_workloads,
     "sources": module_suite("bench_sources"),
     "cache": module_suite("bench_cache"),
+    "shards": module_suite("bench_shards"),
     "executor": module_suite("bench_executor"),
     "startup": module_suite("bench_startup"),
 }

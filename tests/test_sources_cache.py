@@ -151,6 +151,26 @@ def test_epoch_two_sends_no_request_for_cached_shards(
     assert "cache hits 8, misses 0" in str(loader.stats())
 
 
+def test_ranks_splitting_shards_by_samples_read_their_share_from_the_cache(
+    server: ObjectServer, tmp_path: Path
+) -> None:
+    # 120 samples over 3 ranks: 40 each, so shards are cut between ranks. Through a cache a
+    # cut shard is read whole (and kept); each rank still yields exactly its own samples.
+    shares = []
+    for rank in range(3):
+        dataset = ShardDataset(
+            urls(server), decode=label, rank=rank, world_size=3, cache_dir=tmp_path / str(rank)
+        )
+        loader = DataLoader(dataset, batch_size=8, collate_fn=list)
+        first = [n for batch in loader for n in batch]
+        before = requests(server)
+        assert [n for batch in loader for n in batch] == first
+        assert requests(server) == before  # the second epoch from the cache alone
+        assert len(first) == len(dataset) == SAMPLES // 3
+        shares.append(first)
+    assert sorted(n for share in shares for n in share) == list(range(SAMPLES))
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_limit_holds_with_a_cache_smaller_than_the_set(
     server: ObjectServer, shard_folder: Path, tmp_path: Path, workers: int

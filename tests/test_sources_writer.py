@@ -79,4 +79,5 @@ def test_a_shard_extracts_inside_its_folder_without_a_filter(tmp_path: Path) -> 
         for folder, _, names in os.walk(tmp_path)
         for name in names
     )
-    assert written == sorted(["s-0.tar", *(os.path.join("extracted", f"{k}.cls") for k in keys)])
+    extracted = [os.path.join("extracted", f"{k}.cls") for k in keys]
+    assert written == sorted(["s-0.tar", "s-0.tar.idx.json", *extracted])  # and its index

@@ -358,6 +358,22 @@ def test_each_worker_batches_its_own_stream_and_drops_its_own_last_batch() -> No
     assert [b.tolist() for b in dropping] == [[0, 1, 2], [5, 6, 7]]
 
 
+class BatchSizeSeen(aioload.IterableDataset):
+    """Yields what get_worker_info() says of the batch size, once per worker."""
+
+    def __iter__(self) -> Iterator[int]:
+        info = aioload.get_worker_info()
+        assert info is not None
+        return iter([-1 if info.batch_size is None else info.batch_size])
+
+
+def test_workers_know_the_batch_size_they_batch_their_stream_in() -> None:
+    batched = DataLoader(BatchSizeSeen(), batch_size=5, num_workers=2)
+    assert [b.tolist() for b in batched] == [[5], [5]]
+    unbatched = DataLoader(BatchSizeSeen(), batch_size=None, num_workers=2)
+    assert flat(list(unbatched)) == [-1, -1]
+
+
 def test_async_iterable_streams_interleave_round_robin_until_each_is_exhausted() -> None:
     loader = DataLoader(AsyncShards([3, 1]), batch_size=None, num_workers=2)
     assert flat(list(loader)) == [0, 100, 1, 2]

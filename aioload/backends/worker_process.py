@@ -205,7 +205,8 @@ def worker_main(
     writer = SegmentWriter()
     try:
         setup = open_setup(setup)
-        set_process_worker_info(WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset))
+        info = WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset, setup.batch_size)
+        set_process_worker_info(info)
         seed_generators(seed)
         if setup.worker_init_fn is not None:
             setup.worker_init_fn(worker_id)

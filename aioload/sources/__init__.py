@@ -5,11 +5,12 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
     from aioload import DataLoader
     from aioload.sources import ObjectDataset, ShardDataset, default_decode
 
-    # one object per sample, keys listed lazily (the listing is an async sampler)
+    # one object per sample, keys listed as they are read (the dataset offers its listing)
     images = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **credentials)
-    loader = DataLoader(images, sampler=images.listing(), batch_size=32)
+    loader = DataLoader(images, batch_size=32)
 
-    # WebDataset-style tar shards, streamed, split by rank and worker, kept on local disk
+    # WebDataset-style tar shards, streamed, split by rank (equal steps) and worker, kept on
+    # local disk
     shards = ShardDataset("s3://bucket/train-{000000..000099}.tar", decode=default_decode,
                           shuffle_shards=True, shuffle_buffer=1000,
                           cache_dir="/scratch/cache", cache_limit="50GB", **credentials)
@@ -35,7 +36,10 @@ except ImportError as error:  # pragma: no cover - depends on the installation
 from aioload.errors import TarFormatError
 from aioload.sources.cache import LocalCache
 from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
+from aioload.sources.listing_shuffle import ShuffledListing
 from aioload.sources.objects import ObjectDataset, ObjectListing
+from aioload.sources.rank_split import Segment
+from aioload.sources.shard_index import ShardIndex, ShardIndexError
 from aioload.sources.shards import ShardDataset, expand_urls
 from aioload.sources.sizes import parse_size
 from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
@@ -54,8 +58,12 @@ __all__ = [
     "ObjectListing",
     "ObjectServer",
     "SeaweedFS",
+    "Segment",
     "ShardDataset",
+    "ShardIndex",
+    "ShardIndexError",
     "ShardWriter",
+    "ShuffledListing",
     "TarFormatError",
     "decode_image",
     "default_decode",

@@ -8,7 +8,11 @@ latency-bound store needs.
 
 A listing is an async sampler: it yields keys page by page as the store's
 paginated listing returns them, so the first batch is fetched while the rest
-of a large bucket is still being listed.
+of a large bucket is still being listed. A dataset without keys offers it to the
+loader itself (:meth:`ObjectDataset.default_sampler`, see
+:mod:`aioload.dataset_sampler`): ``DataLoader(ObjectDataset(url))`` lists the
+prefix as it reads, and with ``shuffle=True`` collects the listing first
+(:class:`~aioload.sources.listing_shuffle.ShuffledListing`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from typing import Any
 import obstore
 
 from aioload.datasets import Dataset
+from aioload.samplers import Rng
 from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder
+from aioload.sources.listing_shuffle import ShuffledListing
 from aioload.sources.stores import StoreLocation, join_key, raise_translated
 from aioload.urls import redact_url
 
@@ -146,8 +152,9 @@ class ObjectDataset(Dataset[Any]):
             relative to the URL's path.
         keys: the keys of the dataset, relative to the URL (then ``len`` works,
             and integer indices ``0 .. len-1`` name them, so the default and
-            random samplers work). None: the keys are not known up front; use
-            :meth:`listing` as the loader's sampler.
+            random samplers work). None: the keys are not known up front; the
+            dataset lists them itself (see :meth:`default_sampler`): a plain
+            ``DataLoader(dataset)`` iterates :meth:`listing`.
         prefix: with ``keys=None``, what :meth:`listing` lists: the keys that
             start with it (relative to the URL; default all).
         decode: turns an object's bytes (a bytes-like ``obstore.Bytes``, or
@@ -180,7 +187,7 @@ class ObjectDataset(Dataset[Any]):
         dataset = ObjectDataset(
             "s3://bucket/images/", decode=decode_jpeg,
             endpoint="http://127.0.0.1:8333", access_key_id="...", secret_access_key="...")
-        loader = DataLoader(dataset, sampler=dataset.listing(), batch_size=32)
+        loader = DataLoader(dataset, batch_size=32)   # lists the keys as it reads
         async for batch in loader:
             ...
     """
@@ -230,9 +237,9 @@ class ObjectDataset(Dataset[Any]):
     def __len__(self) -> int:
         if self._keys is None:
             raise TypeError(
-                f"{self!r} lists its keys lazily and has no length: iterate it with "
-                "sampler=dataset.listing() (an async sampler, which starts at once), or pass "
-                "keys= (e.g. keys=await dataset.listing().collect())"
+                f"{self!r} lists its keys as it goes and has no length: a DataLoader over it "
+                "samples its listing (see default_sampler()), which needs no length; for one, "
+                "pass keys= (e.g. keys=await dataset.listing().collect())"
             )
         return len(self._keys)
 
@@ -243,6 +250,31 @@ class ObjectDataset(Dataset[Any]):
         (see :mod:`aioload.source_stats`); counted in the process that reads.
         """
         return self._counts.take()
+
+    def default_sampler(self, shuffle: bool, generator: Rng = None) -> Any:
+        """The sampler a ``DataLoader`` given none takes its keys from.
+
+        The protocol is described in :mod:`aioload.dataset_sampler`. With ``keys``:
+        None, the loader's own (indices, as for any sized dataset). Without:
+        :meth:`listing`, which yields keys as the store lists them (the first batch is
+        read while the rest is still being listed); with ``shuffle``, a
+        :class:`~aioload.sources.listing_shuffle.ShuffledListing` of it, which collects
+        the whole listing at the first epoch (a request per 1,000 keys, all keys in
+        memory; kept, sorted, for the loader's life) and draws a new order from
+        ``generator`` every epoch. Neither has a length: ``len(loader)`` raises, and
+        ``max_skipped`` takes a count. A checkpoint resumes by listing again and
+        dropping the keys already received, which is exact over an unchanged prefix (a
+        shuffled one refuses a listing that changed, once it has collected it).
+
+        Example::
+
+            dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **options)
+            loader = DataLoader(dataset, batch_size=32, shuffle=True, generator=0)
+        """
+        if self._keys is not None:
+            return None
+        listing = self.listing()
+        return ShuffledListing(listing, generator) if shuffle else listing
 
     def listing(self, prefix: str | None = None, *, chunk_size: int = 1000) -> ObjectListing:
         """An async sampler of the keys under ``prefix`` (default: the dataset's prefix).

@@ -1,23 +1,33 @@
 """ShardDataset: an iterable async dataset over WebDataset-style tar shards in a store.
 
-How the shards are shared out, every epoch:
+How an epoch is shared out: the list of shards is put in order — the given order, or a
+permutation drawn from ``(seed, epoch)`` with ``shuffle_shards`` (the same in every rank
+and worker, so that the split below is a partition) — and then split in one of two ways
+(``split``):
 
-1. the list of shards is put in order — the given order, or a permutation
-   drawn from ``(seed, epoch)`` with ``shuffle_shards`` (the same in every
-   rank and worker, so that the split below is a partition);
-2. rank ``r`` of ``world_size`` takes shards ``r, r + world_size, ...``
-   (``RANK``/``WORLD_SIZE`` from the environment by default, as torchrun sets
-   them);
-3. worker ``w`` of ``num_workers`` takes every ``num_workers``-th shard of its
-   rank's share (:func:`~aioload.get_worker_info`; the loader's own loop takes
-   them all with ``num_workers=0``).
+- ``"samples"`` (the default with ``world_size > 1``): every rank gets the same number of
+  samples, as :class:`~aioload.DistributedSampler` shares indices (``drop_last`` drops the
+  tail of the epoch, else it is padded by repeating samples from its start), in contiguous
+  runs cut at sample boundaries; each of a rank's workers gets whole batches of its share
+  (:mod:`aioload.sources.rank_split`). A shard cut in the middle is read with one
+  byte-range request from a sample's offset. It needs every shard's sample count and
+  offsets: its index (:mod:`aioload.sources.shard_index`), read from the index file
+  beside the shard or, without one, built by reading the shard whole, once
+  (:meth:`ShardDataset.load_indexes`). ``len(dataset)`` is the samples per rank, and
+  ``len(loader)`` is true and the same on every rank whatever ``num_workers``.
+- ``"shards"`` (the default with one rank): rank ``r`` of ``world_size`` takes shards
+  ``r, r + world_size, ...`` (``RANK``/``WORLD_SIZE`` from the environment by default, as
+  torchrun sets them) and worker ``w`` of ``num_workers`` every ``num_workers``-th shard
+  of its rank's share (:func:`~aioload.get_worker_info`; the loader's own loop takes them
+  all with ``num_workers=0``). No index is needed; ranks and workers get what their
+  shards hold (a rank or worker left without a shard yields nothing), and the dataset has
+  no length.
 
-So one epoch yields every sample exactly once across all ranks and workers
-(a rank or worker left without a shard yields nothing: have at least
-``world_size * num_workers`` shards). Each shard is streamed: its samples come
-while the rest of it is still arriving. With ``resampled=True`` every rank and
-worker instead draws shards at random, with replacement, forever (seeded from
-``(seed, epoch, rank, worker)``): end the epoch yourself.
+Either way one epoch yields every sample exactly once across all ranks and workers (plus
+the padding). Each shard is streamed: its samples come while the rest of it is still
+arriving. With ``resampled=True`` every rank and worker instead draws shards at random,
+with replacement, forever (seeded from ``(seed, epoch, rank, worker)``): end the epoch
+yourself.
 
 A shuffle buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and
 worker) mixes samples across neighbouring shards; memory stays bounded by it.
@@ -33,7 +43,8 @@ import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -45,6 +56,17 @@ from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.interleave import interleave
+from aioload.sources.rank_split import Segment, rank_segments, samples_per_rank, worker_segments
+from aioload.sources.segments import count_mismatch, key_mismatch, range_stream
+from aioload.sources.shard_index import ShardIndex
+from aioload.sources.shard_indexes import (
+    INDEX_CONCURRENCY,
+    find_index,
+    in_order,
+    put_index,
+    run_blocking,
+    warn_built,
+)
 from aioload.sources.stores import StoreLocation, raise_translated
 from aioload.sources.tar import group_samples, iter_tar
 from aioload.urls import redact_url
@@ -99,6 +121,13 @@ class ShardDataset(IterableDataset[Any]):
     userinfo as ``***``, as reprs and error messages do. See the module docstring for how shards are
     split across ranks and workers.
 
+    With ``split="samples"`` it has a length: ``len(dataset)`` is the samples this rank
+    yields per epoch, the same on every rank, and ``len(loader)`` (``ceil(len / batch_size)``,
+    or ``len // batch_size`` with the loader's ``drop_last``) is the batches every rank's
+    loader yields, with any ``num_workers``: every worker's share is whole batches but one
+    (the loader tells its workers the batch size through
+    :attr:`~aioload.WorkerInfo.batch_size`).
+
     Args:
         urls: the shard URLs, or one string with a brace pattern
             (``"s3://bucket/train-{000000..000099}.tar"``).
@@ -131,6 +160,14 @@ class ShardDataset(IterableDataset[Any]):
             downloads included: an int, or a size such as ``"50GB"``,
             ``"512MiB"``; least recently used shards go first. Default: no
             limit but the disk's.
+        split: ``"samples"``: the same number of samples on every rank, split at
+            sample granularity (needs the shards' indexes); ``"shards"``: whole shards
+            per rank and worker (see the module docstring). Default: ``"samples"``
+            with ``world_size > 1``, else ``"shards"``.
+        drop_last: with ``split="samples"``, drop the epoch's last
+            ``total % world_size`` samples instead of padding the ranks' shares by
+            repeating samples from the epoch's start (``DistributedSampler``'s
+            choice, and its default: pad).
         **store_options: options of :func:`~aioload.sources.open_store`
             (endpoint, credentials, ...).
 
@@ -140,9 +177,10 @@ class ShardDataset(IterableDataset[Any]):
                                decode=default_decode, shuffle_shards=True,
                                shuffle_buffer=1000, **credentials)
         loader = DataLoader(dataset, batch_size=32, num_workers=2)
+        steps = len(loader)   # under torchrun: the same on every rank (split="samples")
         for epoch in range(10):
             dataset.set_epoch(epoch)
-            for batch in loader:
+            for batch in loader:   # `steps` batches
                 ...
     """
 
@@ -163,6 +201,8 @@ class ShardDataset(IterableDataset[Any]):
         shards_in_flight: int = 1,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        split: Literal["samples", "shards"] | None = None,
+        drop_last: bool = False,
         **store_options: Any,
     ) -> None:
         self.urls = expand_urls(urls)
@@ -178,6 +218,14 @@ class ShardDataset(IterableDataset[Any]):
         if not isinstance(shards_in_flight, int) or shards_in_flight < 1:
             raise ValueError(f"shards_in_flight should be an int >= 1; got {shards_in_flight!r}")
         rank, world_size = rank_and_world_size(rank, world_size)
+        if split is None:
+            split = "samples" if world_size > 1 else "shards"
+        if split not in ("samples", "shards"):
+            raise ValueError(f"split should be 'samples' or 'shards'; got {split!r}")
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
+        self.split: Literal["samples", "shards"] = split
+        self.drop_last = drop_last
         self.decode = decode
         self.shuffle_shards = bool(shuffle_shards)
         self.shuffle_buffer = shuffle_buffer
@@ -189,6 +237,8 @@ class ShardDataset(IterableDataset[Any]):
         self.epoch = 0
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self._counts = SourceCounter()
+        self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
+        self._built: set[int] = set()  # shards whose index was built: no index file yet
         # One location per store root (scheme and bucket or host), built and checked now.
         self._locations: dict[str, StoreLocation] = {}
         self._paths: list[tuple[str, str]] = []
@@ -222,19 +272,158 @@ class ShardDataset(IterableDataset[Any]):
         """
         return self._counts.take()
 
-    def shards(self, worker: int = 0, num_workers: int = 1) -> list[str]:
+    def shards(
+        self, worker: int = 0, num_workers: int = 1, batch_size: int | None = None
+    ) -> list[str]:
         """The shard URLs that worker ``worker`` of ``num_workers`` of this rank reads this epoch.
 
-        (Not for ``resampled``, which draws them as it goes.)
+        With ``split="samples"`` some may be read in part and a shard may come twice (the
+        padding); which ones a worker reads depends on the loader's ``batch_size`` (see
+        :meth:`segments`). Not for ``resampled``, which draws them as it goes.
         """
+        if self.split == "samples":
+            segments = self.segments(worker, num_workers, batch_size)
+            return [self.urls[segment.shard] for segment in segments]
         return [self.urls[i] for i in self._order(worker, num_workers)]
 
-    def _order(self, worker: int, num_workers: int) -> list[int]:
+    def segments(
+        self, worker: int = 0, num_workers: int = 1, batch_size: int | None = None
+    ) -> list[Segment]:
+        """What worker ``worker`` of ``num_workers`` of this rank reads this epoch (``"samples"``).
+
+        Runs of consecutive samples, each of one shard (``segment.shard`` numbers
+        :attr:`urls`), in the order they are read; a loader's worker makes batches of
+        ``batch_size`` of them. Loads the indexes first (see :meth:`indexes`).
+
+        Example::
+
+            dataset.segments()   # rank 1 of 3, e.g.
+            # [Segment(shard=2, start=40, stop=100), Segment(shard=7, start=0, stop=13)]
+        """
+        if self.split != "samples":
+            raise ValueError("segments() describes split='samples'; this dataset splits shards")
+        return self._segments(self.indexes(), worker, num_workers, batch_size)
+
+    def _segments(
+        self,
+        indexes: Sequence[ShardIndex],
+        worker: int,
+        num_workers: int,
+        batch_size: int | None,
+    ) -> list[Segment]:
+        counts = [len(index) for index in indexes]
+        mine = rank_segments(
+            self._epoch_order(), counts, self.rank, self.world_size, self.drop_last
+        )
+        return worker_segments(mine, worker, num_workers, batch_size)
+
+    def _epoch_order(self) -> list[int]:
         order = np.arange(len(self.urls))
         if self.shuffle_shards:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
-        mine = order[self.rank :: self.world_size][worker::num_workers]
-        return [int(i) for i in mine]
+        return [int(i) for i in order]
+
+    def _order(self, worker: int, num_workers: int) -> list[int]:
+        return self._epoch_order()[self.rank :: self.world_size][worker::num_workers]
+
+    def __len__(self) -> int:
+        """The samples this rank yields per epoch, the same on every rank (``split="samples"``).
+
+        Loads the shards' indexes first (see :meth:`indexes`).
+
+        Raises:
+            TypeError: ``resampled`` (endless), or ``split="shards"`` (a rank gets
+                what its shards hold: no length is promised).
+        """
+        if self.resampled:
+            raise TypeError(f"{self!r} is resampled: it draws shards endlessly and has no length")
+        if self.split != "samples":
+            raise TypeError(
+                f"{self!r} gives ranks and workers whole shards (split='shards'), so it "
+                "promises no length; pass split='samples' for one, the same on every rank"
+            )
+        total = sum(len(index) for index in self.indexes())
+        return samples_per_rank(total, self.world_size, self.drop_last)
+
+    def indexes(self) -> list[ShardIndex]:
+        """Every shard's :class:`~aioload.sources.shard_index.ShardIndex`, in :attr:`urls` order.
+
+        Loaded once (see :meth:`load_indexes`) and kept; this waits for it. Called
+        where an event loop runs (inside a coroutine), it holds that loop up while
+        it loads: there, ``await dataset.load_indexes()`` first.
+        """
+        if self._indexes is None:
+            return run_blocking(self.load_indexes)
+        return self._indexes
+
+    async def load_indexes(self) -> list[ShardIndex]:
+        """Loads every shard's index once, and keeps it (for the dataset's life).
+
+        An index comes from the file beside its shard (``<shard>.idx.json``, as
+        :class:`~aioload.sources.ShardWriter` writes it), checked; a shard without
+        one is read whole and its index built from its tar headers (logged as a
+        warning: it costs the shard's download; :meth:`write_indexes` saves them).
+        Loaded before an epoch starts its worker processes (by ``len(loader)``, or
+        this call), the indexes travel to the workers with the dataset; otherwise
+        every worker loads them itself.
+
+        Raises:
+            ShardIndexError: an index file that is malformed or of another version.
+            FileNotFoundError, ...: a shard (or index file) that cannot be read.
+        """
+        if self._indexes is None:
+            found = await in_order(
+                [partial(self._find_index, i) for i in range(len(self.urls))], INDEX_CONCURRENCY
+            )
+            warn_built(
+                [redact_url(self.urls[i]) for i, (_, built) in enumerate(found) if built],
+                len(found),
+            )
+            self._indexes = [index for index, _ in found]
+            self._built = {i for i, (_, built) in enumerate(found) if built}
+        return self._indexes
+
+    async def write_indexes(self, *, overwrite: bool = False) -> list[str]:
+        """Writes the index file of every shard that has none, beside it; returns their URLs.
+
+        Every later run (and every rank and worker) then reads the small index files
+        instead of reading shards whole. Needs write access to the store.
+
+        Args:
+            overwrite: build every index from its shard again and write it, even where
+                a file exists (after shards were rewritten).
+
+        Example::
+
+            dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar", **options)
+            written = asyncio.run(dataset.write_indexes())
+        """
+        if self._indexes is not None and not overwrite:
+            # Loaded already: the shards read to build their indexes are not read again.
+            indexes, built = self._indexes, sorted(self._built)
+        else:
+            found = await in_order(
+                [partial(self._find_index, i, build=overwrite) for i in range(len(self.urls))],
+                INDEX_CONCURRENCY,
+            )
+            indexes = [index for index, _ in found]
+            built = [i for i, (_, was_built) in enumerate(found) if was_built]
+
+        async def write(number: int) -> str:
+            root, path = self._paths[number]
+            url = redact_url(self.urls[number])
+            return await put_index(self._locations[root], path, url, indexes[number])
+
+        written = await in_order([partial(write, i) for i in built], INDEX_CONCURRENCY)
+        self._indexes, self._built = indexes, set()
+        return written
+
+    async def _find_index(self, number: int, build: bool = False) -> tuple[ShardIndex, bool]:
+        url = redact_url(self.urls[number])
+        root, path = self._paths[number]
+        location = self._locations[root]
+        stream = partial(_shard_stream, location, path, url, self._counts)
+        return await find_index(location, path, url, stream, build=build)
 
     def _draws(self, worker: int) -> Iterator[int]:
         rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker, 1])
@@ -245,13 +434,21 @@ class ShardDataset(IterableDataset[Any]):
     async def __aiter__(self) -> AsyncIterator[Any]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        picks: Iterator[int] = (
-            self._draws(worker) if self.resampled else iter(self._order(worker, num_workers))
-        )
+        open_samples: Callable[[int], AsyncGenerator[dict[str, Any], None]] = self._samples
+        if self.resampled:
+            picks: Iterator[int] = self._draws(worker)
+        elif self.split == "shards":
+            picks = iter(self._order(worker, num_workers))
+        else:
+            batch_size = None if info is None else info.batch_size
+            indexes = await self.load_indexes()
+            segments = self._segments(indexes, worker, num_workers, batch_size)
+            picks = iter(range(len(segments)))
+            open_samples = partial(self._segment_samples, segments, indexes)
         samples: AsyncGenerator[Any, None] = (
-            self._one_by_one(picks)
+            self._one_by_one(picks, open_samples)
             if self.shards_in_flight == 1
-            else interleave(picks, self._samples, self.shards_in_flight)
+            else interleave(picks, open_samples, self.shards_in_flight)
         )
         if self.shuffle_buffer > 1:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
@@ -261,11 +458,69 @@ class ShardDataset(IterableDataset[Any]):
             async for sample in samples:
                 yield sample if decode is None else decode(sample)
 
-    async def _one_by_one(self, picks: Iterator[int]) -> AsyncGenerator[dict[str, Any], None]:
-        for index in picks:
-            async with aclosing(self._samples(index)) as samples:
+    async def _one_by_one(
+        self,
+        picks: Iterator[int],
+        open_samples: Callable[[int], AsyncGenerator[dict[str, Any], None]],
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        for pick in picks:
+            async with aclosing(open_samples(pick)) as samples:
                 async for sample in samples:
                     yield sample
+
+    async def _segment_samples(
+        self, segments: Sequence[Segment], indexes: Sequence[ShardIndex], number: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The samples of ``segments[number]``, checked against their shard's index.
+
+        A whole shard is read as the shard split reads it; part of one, with one
+        byte-range request from its first sample's offset. One generator does the
+        reading and the checks: a sample costs what it costs with ``split="shards"``.
+        """
+        segment = segments[number]
+        shard = segment.shard
+        index = indexes[shard]
+        url = redact_url(self.urls[shard])
+        if self.cache is not None or (segment.start == 0 and segment.stop == len(index)):
+            # Through the cache the whole shard is read, to be kept: the samples
+            # before the segment are skipped, and those after it read to the end.
+            read = Segment(shard, 0, len(index))
+            first, stream = 0, self._whole_shard(shard)
+        else:
+            root, path = self._paths[shard]
+            location = self._locations[root]
+            read = segment
+            first = index.byte_range(segment.start, segment.stop)[0]
+            stream = range_stream(location, path, url, index, segment, STREAM_CHUNK)
+        keys, position = index.keys, read.start
+        async with (
+            aclosing(stream) as chunks,
+            aclosing(iter_tar(chunks, url, start=first)) as members,
+            aclosing(group_samples(members, url)) as grouped,
+        ):
+            async for sample in grouped:
+                if position >= read.stop or sample["__key__"] != keys[position]:
+                    raise key_mismatch(url, index, read, position, sample["__key__"])
+                position += 1
+                if segment.start < position <= segment.stop:
+                    yield sample
+        if position != read.stop:
+            raise count_mismatch(url, read, position)
+
+    def _whole_shard(self, number: int) -> AsyncGenerator[bytes, None]:
+        """The bytes of shard ``number``: from the local cache if there is one, else the store."""
+        url = redact_url(self.urls[number])
+        root, path = self._paths[number]
+        location = self._locations[root]
+        counts, cache = self._counts, self.cache
+        if cache is None:
+            return _shard_stream(location, path, url, counts)
+        return cache.stream(
+            entry_identity(url, location.store),
+            path.rpartition("/")[2],
+            functools.partial(_open_shard, location, path, url, counts),
+            counts,
+        )
 
     async def _samples(self, index: int) -> AsyncGenerator[dict[str, Any], None]:
         """The samples of shard ``index``, as its bytes arrive.
@@ -273,19 +528,7 @@ class ShardDataset(IterableDataset[Any]):
         Their ``__url__``, as every message, shows the URL's password as ``***``.
         """
         url = redact_url(self.urls[index])
-        root, path = self._paths[index]
-        location = self._locations[root]
-        counts, cache = self._counts, self.cache
-        stream = (
-            _shard_stream(location, path, url, counts)
-            if cache is None
-            else cache.stream(
-                entry_identity(url, location.store),
-                path.rpartition("/")[2],
-                functools.partial(_open_shard, location, path, url, counts),
-                counts,
-            )
-        )
+        stream = self._whole_shard(index)
         # Closed innermost last, whatever ends the iteration (the end, a break, an error).
         async with (
             aclosing(stream) as stream,

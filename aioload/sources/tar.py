@@ -33,11 +33,11 @@ BLOCK = 512
 class _ChunkReader:
     """Reads exact byte counts out of an async iterator of chunks."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], offset: int = 0) -> None:
         self._chunks = chunks
         self._buffer = b""
         self._position = 0
-        self.offset = 0  # bytes consumed so far: where in the shard an error happened
+        self.offset = offset  # where in the shard the reader stands: named in errors
 
     async def read(self, size: int) -> bytes:
         """``size`` bytes, or fewer at the end of the stream."""
@@ -138,13 +138,17 @@ def _parse_header(header: bytes) -> tuple[str, int, bytes] | None:
 
 
 async def iter_tar(
-    chunks: AsyncIterator[bytes], where: str
+    chunks: AsyncIterator[bytes], where: str, *, start: int = 0
 ) -> AsyncGenerator[tuple[str, bytes], None]:
     """Yields ``(name, body)`` for every regular file of the tar stream ``chunks``.
 
     Args:
         chunks: the archive's bytes, in chunks of any size.
         where: the archive's URL, for error messages (already redacted).
+        start: where in the archive ``chunks`` starts: 0, or a header's offset for a
+            byte range from the middle of an archive (which needs no end-of-archive
+            blocks: its stream may end after any member). Error messages count from
+            the archive's start.
 
     Raises:
         TarFormatError: an empty (0-byte) stream, a damaged header (a bad
@@ -152,14 +156,14 @@ async def iter_tar(
             that ends inside a header, a member or its padding; the message
             names ``where`` and the byte offset of the header.
     """
-    reader = _ChunkReader(chunks)
+    reader = _ChunkReader(chunks, start)
     long_name: str | None = None
     pending = 0  # where the GNU long-name or pax header that long_name came from starts
     while True:
         offset = reader.offset
         header = await reader.read(BLOCK)
         if not header:
-            if offset == 0:
+            if offset == start:
                 raise TarFormatError(f"{where}: empty file (a tar shard holds at least one block)")
             if long_name is not None:
                 raise TarFormatError(

@@ -1,4 +1,9 @@
-"""ShardWriter: writes samples into WebDataset-style tar shards on the local disk."""
+"""ShardWriter: writes samples into WebDataset-style tar shards on the local disk.
+
+Beside each shard it writes the shard's index (``shard.tar.idx.json``, see
+:mod:`aioload.sources.shard_index`): where every sample starts and how long it is, known
+as the samples are written, so that a reader can split the shard at any sample.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from types import TracebackType
 from typing import IO, Any
 
 import numpy as np
+
+from aioload.sources.shard_index import INDEX_SUFFIX, ShardIndex
 
 __all__ = ["ShardWriter"]
 
@@ -93,6 +100,12 @@ class ShardWriter:
     starts once the current one holds ``maxcount`` samples or would pass
     ``maxsize`` bytes. Shards are byte-identical for the same samples.
 
+    Beside each finished shard goes its index, the shard's name with ``.idx.json``
+    appended (``s-000.tar.idx.json``; see :mod:`aioload.sources.shard_index`): every
+    sample's key, byte offset and size. :class:`~aioload.sources.ShardDataset` reads it
+    to split shards between ranks at sample granularity without reading them first;
+    upload it with its shard.
+
     Args:
         pattern: the shard file names, with one ``%d``-style field for the
             shard number, e.g. ``"out/train-%06d.tar"`` (folders are created).
@@ -100,6 +113,7 @@ class ShardWriter:
         maxsize: the most bytes per shard (a single larger sample still gets a
             shard of its own).
         start_shard: the number of the first shard.
+        index: write each shard's index file beside it (default True).
 
     Example::
 
@@ -110,6 +124,8 @@ class ShardWriter:
         ...         writer.write({"__key__": f"{i:04d}", "cls": i, "txt": "hello"})
         >>> [os.path.basename(path) for path in writer.shards]
         ['s-000.tar', 's-001.tar', 's-002.tar']
+        >>> [os.path.basename(path) for path in writer.indexes][:1]
+        ['s-000.tar.idx.json']
     """
 
     def __init__(
@@ -119,6 +135,7 @@ class ShardWriter:
         maxsize: float = 3e9,
         *,
         start_shard: int = 0,
+        index: bool = True,
     ) -> None:
         if not isinstance(pattern, str):
             raise TypeError(
@@ -142,11 +159,17 @@ class ShardWriter:
         self.maxsize = maxsize
         self.shards: list[str] = []
         """The files written so far (the last one may still be open)."""
+        self.index = bool(index)
+        self.indexes: list[str] = []
+        """The index files written so far, one per finished shard (with ``index=True``)."""
         self._number = start_shard
         self._file: IO[bytes] | None = None
         self._tar: tarfile.TarFile | None = None
         self._count = 0
         self._size = 0
+        self._keys: list[str] = []
+        self._offsets: list[int] = []
+        self._sizes: list[int] = []
         self._closed = False
 
     def write(self, sample: Mapping[str, Any]) -> None:
@@ -176,13 +199,18 @@ class ShardWriter:
             self._finish()
         if self._tar is None:
             self._start()
-        assert self._tar is not None
+        tar = self._tar
+        assert tar is not None
+        begin = tar.offset  # the sample's first header (a pax header for a long name)
         for name, body in members:
             info = tarfile.TarInfo(name)
             info.size = len(body)
             info.mtime = _MTIME
             info.mode = 0o444
-            self._tar.addfile(info, io.BytesIO(body))
+            tar.addfile(info, io.BytesIO(body))
+        self._keys.append(key)
+        self._offsets.append(begin)
+        self._sizes.append(tar.offset - begin)
         self._count += 1
         self._size += size
 
@@ -198,6 +226,7 @@ class ShardWriter:
         )
         self.shards.append(path)
         self._count = self._size = 0
+        self._keys, self._offsets, self._sizes = [], [], []
 
     def _finish(self) -> None:
         tar, file = self._tar, self._file
@@ -205,9 +234,18 @@ class ShardWriter:
         try:
             if tar is not None:
                 tar.close()
+            if file is not None and self.index:
+                self._write_index(self.shards[-1], file.tell())
         finally:
             if file is not None:
                 file.close()
+
+    def _write_index(self, shard: str, shard_size: int) -> None:
+        index = ShardIndex(self._keys, self._offsets, self._sizes, shard_size, where=shard)
+        path = shard + INDEX_SUFFIX
+        with open(path, "wb") as file:
+            file.write(index.to_json())
+        self.indexes.append(path)
 
     def close(self) -> None:
         """Finishes the last shard. Writing afterwards raises."""

@@ -1,0 +1,96 @@
+"""Reading a run of a shard's samples: one byte-range request, checked against the index.
+
+A :class:`~aioload.sources.rank_split.Segment` that is not a whole shard is read with one
+ranged GET from its first sample's offset (a header, where the tar reader can start) to
+the end of its last sample. What comes back is checked against the shard's index, so that
+an index that no longer fits its shard fails loudly instead of yielding the wrong samples:
+
+- the object's size (every ranged answer gives it) must be the index's ``shard_size``;
+- the samples must carry the keys the index lists for those positions, and be as many
+  (checked by the reader, :meth:`~aioload.sources.ShardDataset.__aiter__`, as they come:
+  :func:`key_mismatch` and :func:`count_mismatch` are its errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+import obstore
+
+from aioload.sources.rank_split import Segment
+from aioload.sources.shard_index import ShardIndex, ShardIndexError
+from aioload.sources.stores import StoreLocation, raise_translated
+
+__all__ = ["count_mismatch", "key_mismatch", "range_stream"]
+
+_REBUILD = (
+    "the index does not describe this shard (was the shard rewritten after its index?): "
+    "write the index again (ShardDataset.write_indexes(overwrite=True), or ShardWriter)"
+)
+
+
+async def range_stream(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    index: ShardIndex,
+    segment: Segment,
+    chunk_size: int,
+) -> AsyncGenerator[bytes, None]:
+    """The bytes of ``segment``'s samples, chunk by chunk as they arrive.
+
+    Args:
+        location: the shard's store.
+        path: the shard's path in it.
+        url: the shard's URL for messages (redacted).
+        index: the shard's index.
+        segment: the samples to read.
+        chunk_size: the least bytes obstore hands over at once.
+
+    Raises:
+        ShardIndexError: the shard's size is not the index's.
+        FileNotFoundError, PermissionError, ConnectionError, TimeoutError: as any read.
+    """
+    first, end = index.byte_range(segment.start, segment.stop)
+    try:
+        result = await obstore.get_async(location.store, path, options={"range": (first, end)})
+        size = result.meta["size"]
+        chunks = aiter(result.stream(min_chunk_size=chunk_size))
+    except Exception as error:
+        raise_translated(error, url)
+    if size != index.shard_size:
+        raise ShardIndexError(
+            f"{url}: the shard is {size} bytes long, its index says {index.shard_size}: " + _REBUILD
+        )
+    while True:
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except Exception as error:
+            raise_translated(error, url)
+        yield chunk
+
+
+def key_mismatch(
+    url: str, index: ShardIndex, segment: Segment, position: int, key: str
+) -> ShardIndexError:
+    """The error for sample ``key`` read where ``index`` expects sample ``position``."""
+    if position >= segment.stop:
+        first = index.byte_range(segment.start, segment.stop)[0]
+        return ShardIndexError(
+            f"{url}: sample {key!r} comes after the {len(segment)} samples its index places "
+            f"from byte {first}: " + _REBUILD
+        )
+    return ShardIndexError(
+        f"{url}: sample {position} has key {key!r}, its index says "
+        f"{index.keys[position]!r}: " + _REBUILD
+    )
+
+
+def count_mismatch(url: str, segment: Segment, position: int) -> ShardIndexError:
+    """The error for a read of ``segment`` that ended before sample ``position``."""
+    return ShardIndexError(
+        f"{url}: {position - segment.start} samples where its index places {len(segment)} "
+        f"(samples {segment.start} to {segment.stop - 1}): " + _REBUILD
+    )

@@ -1,0 +1,189 @@
+"""Building a shard's index from its bytes: one pass over the tar headers.
+
+:func:`scan_tar` walks a tar stream as :func:`~aioload.sources.tar.iter_tar` reads it
+(the same header rules, long names, pax records and errors) and groups members into
+samples as :func:`~aioload.sources.tar.group_samples` does, but keeps only where each
+sample starts and ends: member bodies are stepped over without being copied. What it
+returns is the :class:`~aioload.sources.shard_index.ShardIndex` whose byte ranges, read
+on their own, give exactly the samples a whole read gives.
+
+A sample starts at the first header of its first member: a GNU long-name or pax header
+before the member's own header belongs to it, so that a read starting there names the
+member as a read from the archive's start does.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import AsyncIterator
+
+from aioload.errors import TarFormatError
+from aioload.sources.shard_index import ShardIndex
+from aioload.sources.tar import BLOCK, _parse_header, _pax_path, split_name
+
+__all__ = ["scan_tar"]
+
+# Headers whose body is read: they name the next member or carry records to check.
+_READ_BODY = (tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE, tarfile.XGLTYPE)
+
+
+class _Cursor:
+    """Reads headers out of an async iterator of chunks and steps over bodies."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self._view = memoryview(b"")
+        self.offset = 0  # bytes consumed so far
+
+    async def _more(self) -> bool:
+        chunk = await anext(self._chunks, None)
+        if chunk is None:
+            return False
+        self._view = memoryview(chunk).cast("B")
+        return True
+
+    async def read(self, size: int) -> bytes:
+        """``size`` bytes, or fewer at the end of the stream."""
+        parts = []
+        want = size
+        while want:
+            if not self._view and not await self._more():
+                break
+            piece = self._view[:want]
+            self._view = self._view[len(piece) :]
+            parts.append(bytes(piece))
+            want -= len(piece)
+        self.offset += size - want
+        return b"".join(parts)
+
+    async def skip(self, size: int) -> int:
+        """Steps over ``size`` bytes (fewer at the end of the stream); returns how many."""
+        want = size
+        while want:
+            if not self._view and not await self._more():
+                break
+            step = min(want, len(self._view))
+            self._view = self._view[step:]
+            want -= step
+        self.offset += size - want
+        return size - want
+
+    async def drain(self) -> None:
+        """Counts the rest of the stream (the blocks after the end-of-archive marker)."""
+        self.offset += len(self._view)
+        self._view = memoryview(b"")
+        async for chunk in self._chunks:
+            self.offset += memoryview(chunk).nbytes
+
+
+async def scan_tar(chunks: AsyncIterator[bytes], where: str) -> ShardIndex:
+    """The index of the tar shard whose bytes ``chunks`` yields, read to its end.
+
+    Args:
+        chunks: the whole shard, in chunks of any size (bytes-like).
+        where: the shard's URL, for error messages (already redacted).
+
+    Raises:
+        TarFormatError: as :func:`~aioload.sources.tar.iter_tar` and
+            :func:`~aioload.sources.tar.group_samples` raise for the same shard.
+
+    Example::
+
+        index = await scan_tar(shard_stream, "s3://bucket/train-000017.tar")
+        first, end = index.byte_range(10, 20)   # samples 10 to 19
+    """
+    cursor = _Cursor(chunks)
+    keys: list[str] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    fields: set[str] = set()
+    long_name: str | None = None
+    pending = 0  # where the header that long_name came from starts
+    chain: int | None = None  # where the headers of the next member began
+    while True:
+        offset = cursor.offset
+        header = await cursor.read(BLOCK)
+        if not header:
+            if offset == 0:
+                raise TarFormatError(f"{where}: empty file (a tar shard holds at least one block)")
+            if long_name is not None:
+                raise TarFormatError(
+                    f"{where}: the archive ends after the long-name header at byte {pending}"
+                )
+            break
+        if len(header) < BLOCK:
+            raise TarFormatError(f"{where}: truncated tar header at byte {offset}")
+        if header.count(0) == BLOCK:
+            if long_name is not None:
+                raise TarFormatError(
+                    f"{where}: the long-name header at byte {pending} names no member "
+                    f"(end of archive at byte {offset})"
+                )
+            break
+        parsed = _parse_header(header)
+        if parsed is None:
+            try:
+                info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
+            except (tarfile.HeaderError, ValueError) as error:
+                raise TarFormatError(f"{where}: bad tar header at byte {offset}: {error}") from None
+            parsed = info.name, info.size, info.type
+        member_name, size, kind = parsed
+        if size < 0:
+            raise TarFormatError(
+                f"{where}: bad tar header at byte {offset}: member {member_name!r} has a "
+                f"negative size ({size}); a size is a count of bytes, 0 or more"
+            )
+        if chain is None:
+            chain = offset
+        if kind in _READ_BODY:
+            body = await cursor.read(size)
+            got = len(body)
+        else:
+            body = b""
+            got = await cursor.skip(size)
+        if got < size:
+            raise TarFormatError(
+                f"{where}: the archive ends inside member {member_name!r} (header at byte "
+                f"{offset} gives {size} bytes, {got} are left)"
+            )
+        padding = -size % BLOCK
+        if padding and await cursor.skip(padding) < padding:
+            raise TarFormatError(
+                f"{where}: the archive ends inside the padding of the member at byte {offset}"
+            )
+        if kind == tarfile.GNUTYPE_LONGNAME:
+            long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            pending = offset
+            continue
+        if kind == tarfile.XHDTYPE:
+            path = _pax_path(body, where, offset)
+            if path is not None or long_name is None:
+                long_name, pending = path if path is not None else "", offset
+            continue
+        if kind == tarfile.GNUTYPE_LONGLINK:
+            continue
+        if kind == tarfile.XGLTYPE:
+            _pax_path(body, where, offset)
+            continue
+        name = long_name or member_name
+        long_name = None
+        begin, chain = chain, None
+        if kind not in tarfile.REGULAR_TYPES:
+            continue
+        # group_samples' rules: skipped members leave the current sample open.
+        key, field = split_name(name)
+        if not field or name.rpartition("/")[2].startswith("."):
+            continue
+        end = cursor.offset
+        if not keys or keys[-1] != key:
+            keys.append(key)
+            offsets.append(begin)
+            sizes.append(end - begin)
+            fields = {field}
+            continue
+        if field in fields:
+            raise TarFormatError(f"{where}: sample {key!r} has two members for field {field!r}")
+        fields.add(field)
+        sizes[-1] = end - offsets[-1]
+    await cursor.drain()
+    return ShardIndex(keys, offsets, sizes, cursor.offset, where=where)

@@ -109,7 +109,7 @@ def check_script_for_workers(
         return
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if main is None or not path:
+    if main is None or not path or not _run_again(main, path):
         return
     script = _Script.of(os.path.abspath(path))
     if script is None:
@@ -135,6 +135,19 @@ def check_script_for_workers(
                 f"so they cannot find it. Define {name} at the top level of the script (above "
                 f"the guard) or in a module{_fork_hint(chosen)}"
             )
+
+
+def _run_again(main: types.ModuleType, path: str) -> bool:
+    """Whether workers run this main module again: not a package's ``__main__.py``.
+
+    multiprocessing's own rule (``spawn._fixup_main_from_name`` and
+    ``_fixup_main_from_path``): ``python -m package`` and a directory or zip
+    run their ``__main__`` module's code only in the main process.
+    """
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None and (name == "__main__" or name.endswith(".__main__")):
+        return False
+    return os.path.splitext(os.path.basename(path))[0] != "__main__"
 
 
 def _fork_hint(chosen: bool) -> str:

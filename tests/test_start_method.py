@@ -340,3 +340,52 @@ def test_named_native_threads_make_a_fork_unsafe(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(start_method, "named_native_threads", lambda: ["tokio-rt-worker"])
     assert not start_method.fork_is_safe()
     assert "tokio-rt-worker" in start_method.threads_in_the_way()
+
+
+@pytest.mark.timeout(120)
+def test_a_package_main_is_not_run_again_so_needs_no_guard(tmp_path: Path) -> None:
+    # `python -m package` runs package/__main__.py in the main process only: workers from the
+    # fork server (a thread runs) never iterate it again, and nothing is refused.
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            from aioload import Dataset
+
+            class Squares(Dataset):
+                def __len__(self):
+                    return 8
+
+                def __getitem__(self, index):
+                    return np.array(index * index)
+            """
+        )
+    )
+    (package / "__main__.py").write_text(
+        textwrap.dedent(
+            """
+            import threading
+            from aioload import DataLoader
+            from trainer.data import Squares
+
+            stop = threading.Event()
+            threading.Thread(target=stop.wait, daemon=True, name="metrics").start()
+            print([int(x) for batch in DataLoader(Squares(), batch_size=4, num_workers=2)
+                   for x in batch])
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_REPO), str(tmp_path)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[0,", "1,", "4,", "9,", "16,", "25,", "36,", "49]"]

@@ -630,8 +630,8 @@ class ShardDataset(IterableDataset[Any]):
                 key = sample["__key__"]
                 if index is not None and (position >= read.stop or key != index.keys[position]):
                     raise key_mismatch(url, index, read, position, key)
-                if position >= run.start:
-                    yield sample, (shard, position, begin, end, key), last
+                if position >= run.start and (stop == -1 or position < stop):
+                    yield sample, (shard, position, begin, end, key), stop == -1 and last
                 position += 1
                 if stop != -1 and position >= stop and index is None:
                     return  # a run cut from a shard without its index: the rest is another's

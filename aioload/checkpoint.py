@@ -11,6 +11,15 @@ dataset's state (one per worker with workers, plus whose turn comes next).
   consumer took out (the scheduler keeps it up to date);
 - :class:`Checkpoints` is a loader's checkpoint state: it starts each epoch
   (its base seed, where a loaded state resumes), makes states and loads them.
+
+**Elastic streams.** A stream's state is recorded per worker, so by default a state
+loads only into a loader with the same ``num_workers``. An iterable dataset may offer
+``resume_streams(states, num_workers, batch_size) -> list``: given the stream states
+the checkpoint recorded (one per worker, None for a worker that had delivered nothing;
+or the one state of a loader without workers), it returns the states a resumed epoch
+hands each of this loader's ``num_workers`` workers (one state with 0), returning them
+unchanged where they fit. With it ``num_workers`` may differ between the loader that
+took the state and the one that loads it; a re-split epoch starts with worker 0's turn.
 """
 
 from __future__ import annotations
@@ -151,6 +160,7 @@ class Checkpoints:
         self._generator = generator
         self._iterable = iterable
         self._stream = iterable and _stateful(dataset)
+        self._elastic = self._stream and callable(getattr(dataset, "resume_streams", None))
         self._num_workers = num_workers
         self._in_order = in_order
         self._epoch = 0  # epochs started (or resumed past, after load_state_dict)
@@ -289,6 +299,8 @@ class Checkpoints:
         if not isinstance(fits, Mapping):
             raise ValueError("DataLoader state field 'fits' should be a dict from state_dict()")
         for name, ours in self._fits().items():
+            if name == "num_workers" and self._elastic:
+                continue  # the dataset re-splits its stream (resume_streams)
             theirs = fits.get(name, _MISSING)
             if theirs != ours or type(theirs) is not type(ours):
                 raise ValueError(
@@ -401,6 +413,8 @@ class Checkpoints:
                 assert torch_state is not None
                 _set_torch_generator_state(self._generator, torch_state)
         dataset_state = state.get("dataset")
+        if in_progress and dataset_state is not None and self._elastic:
+            dataset_state = self._resplit_streams(state, dataset_state)
         if in_progress and dataset_state is not None:
             if self._num_workers > 0:
                 check_worker_streams(dataset_state, self._num_workers)  # loaded in each worker
@@ -418,6 +432,31 @@ class Checkpoints:
                 stream_state=dataset_state,
             )
         self._loaded = copy.deepcopy(dict(state))
+
+    def _resplit_streams(self, state: Mapping[str, Any], dataset_state: Any) -> Any:
+        """The stream states for this loader's workers, from the dataset's resume_streams."""
+        fits = state.get("fits")
+        theirs = fits.get("num_workers") if isinstance(fits, Mapping) else None
+        if not isinstance(theirs, int) or isinstance(theirs, bool) or theirs < 0:
+            raise ValueError(
+                f"DataLoader state field 'fits' should give num_workers; got {theirs!r:.50}"
+            )
+        if theirs > 0:
+            check_worker_streams(dataset_state, theirs)
+            recorded = list(dataset_state["workers"])
+        else:
+            recorded = [dataset_state]
+        states = list(self._dataset.resume_streams(recorded, self._num_workers, self._batch_size))
+        if len(states) != max(self._num_workers, 1):
+            raise ValueError(
+                f"{type(self._dataset).__name__}.resume_streams returned {len(states)} states "
+                f"for {self._num_workers} workers"
+            )
+        if self._num_workers == 0:
+            return states[0]
+        unchanged = theirs == self._num_workers and states == recorded
+        turn = dataset_state["next_worker"] if unchanged else 0
+        return {"workers": states, "next_worker": turn}
 
 
 def check_worker_streams(state: Any, num_workers: int) -> None:

@@ -81,7 +81,7 @@ class ObjectServer:
         with ObjectServer("data", latency=0.02, error_rate=0.1) as server:
             dataset = ObjectDataset(server.url + "/objects/", keys=keys)
             ...
-            server.stats()   # {'requests': ..., 'errors': ...}
+            server.stats()   # {'requests': ..., 'errors': ..., 'bytes': ...}
             server.configure(error_rate=0.0)
     """
 
@@ -174,7 +174,7 @@ class ObjectServer:
             process.stdout.close()
 
     def stats(self) -> dict[str, int]:
-        """Requests answered so far and injected errors among them."""
+        """Requests answered so far, injected errors among them, and body bytes sent."""
         with LOOPBACK_OPENER.open(self.url + STATS_PATH, timeout=10) as answer:
             stats: dict[str, int] = json.loads(answer.read())
         return stats
@@ -250,7 +250,7 @@ async def _main(
 
     root = os.path.realpath(settings["root"])
     draws = random.Random(settings["seed"])
-    counts = {"requests": 0, "errors": 0}
+    counts = {"requests": 0, "errors": 0, "bytes": 0}
     # request path -> (file, mtime_ns, size, body, headers): a file is resolved, read and
     # described once, and only checked with one stat() per request after that.
     cache: dict[str, tuple[str, int, int, bytes, dict[str, str]]] = {}
@@ -318,6 +318,7 @@ async def _main(
         if request.method == "HEAD":
             headers = {**headers, "Content-Length": str(len(body))}
             return web.Response(status=code, headers=headers)
+        counts["bytes"] += len(body)  # bodies answered: what a test of re-reads counts
         return web.Response(status=code, body=body, headers=headers)
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

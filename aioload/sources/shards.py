@@ -38,6 +38,7 @@ read it from there (:mod:`aioload.sources.cache`).
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -67,8 +68,18 @@ from aioload.sources.shard_indexes import (
     run_blocking,
     warn_built,
 )
+from aioload.sources.shard_reads import group_spans, range_chunks
+from aioload.sources.shard_state import (
+    Ref,
+    Run,
+    ShardStateError,
+    StreamState,
+    check_state,
+    resplit,
+)
+from aioload.sources.shard_stream import TrackedStream
 from aioload.sources.stores import StoreLocation, raise_translated
-from aioload.sources.tar import group_samples, iter_tar
+from aioload.sources.tar import group_samples, iter_tar, iter_tar_spans
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
@@ -239,6 +250,8 @@ class ShardDataset(IterableDataset[Any]):
         self._counts = SourceCounter()
         self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
         self._built: set[int] = set()  # shards whose index was built: no index file yet
+        self._resume: StreamState | None = None  # loaded by load_state_dict, for the next iter
+        self._live: tuple[TrackedStream, dict[str, Any]] | None = None  # the stream being read
         # One location per store root (scheme and bucket or host), built and checked now.
         self._locations: dict[str, StoreLocation] = {}
         self._paths: list[tuple[str, str]] = []
@@ -434,29 +447,130 @@ class ShardDataset(IterableDataset[Any]):
     async def __aiter__(self) -> AsyncIterator[Any]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        open_samples: Callable[[int], AsyncGenerator[dict[str, Any], None]] = self._samples
         if self.resampled:
-            picks: Iterator[int] = self._draws(worker)
-        elif self.split == "shards":
-            picks = iter(self._order(worker, num_workers))
+            samples = self._resampled(worker)
         else:
             batch_size = None if info is None else info.batch_size
-            indexes = await self.load_indexes()
-            segments = self._segments(indexes, worker, num_workers, batch_size)
-            picks = iter(range(len(segments)))
-            open_samples = partial(self._segment_samples, segments, indexes)
-        samples: AsyncGenerator[Any, None] = (
-            self._one_by_one(picks, open_samples)
-            if self.shards_in_flight == 1
-            else interleave(picks, open_samples, self.shards_in_flight)
-        )
-        if self.shuffle_buffer > 1:
-            rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
-            samples = _shuffled(samples, self.shuffle_buffer, rng)
+            samples = await self._tracked(worker, num_workers, batch_size)
         decode = self.decode
         async with aclosing(samples):
             async for sample in samples:
                 yield sample if decode is None else decode(sample)
+
+    def _resampled(self, worker: int) -> AsyncGenerator[Any, None]:
+        picks = self._draws(worker)
+        samples: AsyncGenerator[Any, None] = (
+            self._one_by_one(picks, self._samples)
+            if self.shards_in_flight == 1
+            else interleave(picks, self._samples, self.shards_in_flight)
+        )
+        if self.shuffle_buffer > 1:
+            rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
+            samples = _shuffled(samples, self.shuffle_buffer, rng)
+        return samples
+
+    async def _tracked(
+        self, worker: int, num_workers: int, batch_size: int | None
+    ) -> AsyncGenerator[Any, None]:
+        """This worker's stream: fresh, or resumed from the state loaded last."""
+        if self.split == "samples":
+            await self.load_indexes()
+        layout = self._layout(self.rank, self.world_size, worker, num_workers, batch_size)
+        resume, self._resume = self._resume, None
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
+        buffer: list[tuple[Any, Ref]] = []
+        draining = False
+        if resume is None:
+            runs = self._plan(
+                self.epoch, self.rank, self.world_size, worker, num_workers, batch_size
+            )
+        elif resume.layout == layout:
+            # The same split: continue exactly, buffer, generator and turn order included.
+            runs = resume.runs
+            if resume.rng is not None:
+                rng.bit_generator.state = resume.rng
+            samples = await self._reread(resume.buffer)
+            buffer, draining = list(zip(samples, resume.buffer, strict=True)), resume.draining
+        else:
+            runs = self._resplit([resume], worker, num_workers, batch_size)
+        stream = TrackedStream(
+            runs,
+            self._run_samples,
+            self.shards_in_flight,
+            self.shuffle_buffer,
+            rng,
+            buffer,
+            draining,
+        )
+        self._live = (stream, layout)
+        return stream.samples()
+
+    def _layout(
+        self, rank: int, world_size: int, worker: int, num_workers: int, batch_size: int | None
+    ) -> dict[str, Any]:
+        """What a stream's order depends on: a state resumes exactly where it is the same."""
+        return {
+            "rank": rank,
+            "world_size": world_size,
+            "worker": worker,
+            "num_workers": num_workers,
+            "batch_size": batch_size if self.split == "samples" and num_workers > 1 else None,
+            "split": self.split,
+            "shuffle_buffer": self.shuffle_buffer,
+            "shards_in_flight": self.shards_in_flight,
+            "seed": self.seed,
+            "shuffle_shards": self.shuffle_shards,
+            "drop_last": self.drop_last,
+        }
+
+    def _order_of(self, epoch: int) -> list[int]:
+        order = np.arange(len(self.urls))
+        if self.shuffle_shards:
+            order = np.random.default_rng([self.seed, epoch]).permutation(order)
+        return [int(i) for i in order]
+
+    def _plan(
+        self,
+        epoch: int,
+        rank: int,
+        world_size: int,
+        worker: int,
+        num_workers: int,
+        batch_size: int | None,
+    ) -> list[Run]:
+        """What a worker reads of epoch ``epoch``, from its start, as runs."""
+        order = self._order_of(epoch)
+        if self.split == "shards":
+            return [Run(shard, 0, 0, -1) for shard in order[rank::world_size][worker::num_workers]]
+        indexes = self.indexes()
+        counts = [len(index) for index in indexes]
+        mine = rank_segments(order, counts, rank, world_size, self.drop_last)
+        return [
+            Run(s.shard, s.start, self._offset_of(s.shard, s.start), s.stop)
+            for s in worker_segments(mine, worker, num_workers, batch_size)
+        ]
+
+    def _offset_of(self, shard: int, position: int) -> int:
+        index = self.indexes()[shard]
+        return int(index.offsets[position]) if position < len(index) else index.shard_size
+
+    def _resplit(
+        self,
+        states: Sequence[StreamState],
+        worker: int,
+        num_workers: int,
+        batch_size: int | None,
+    ) -> list[Run]:
+        return resplit(
+            states,
+            self._order_of(states[0].epoch),
+            rank=self.rank,
+            world_size=self.world_size,
+            worker=worker,
+            num_workers=num_workers,
+            batch_size=batch_size,
+            offset_of=self._offset_of if self.split == "samples" else None,
+        )
 
     async def _one_by_one(
         self,
@@ -468,44 +582,102 @@ class ShardDataset(IterableDataset[Any]):
                 async for sample in samples:
                     yield sample
 
-    async def _segment_samples(
-        self, segments: Sequence[Segment], indexes: Sequence[ShardIndex], number: int
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        """The samples of ``segments[number]``, checked against their shard's index.
+    async def _run_samples(self, run: Run) -> AsyncGenerator[tuple[Any, Ref, bool], None]:
+        """The samples of ``run`` with their refs, as they arrive (checked by the index).
 
-        A whole shard is read as the shard split reads it; part of one, with one
-        byte-range request from its first sample's offset. One generator does the
-        reading and the checks: a sample costs what it costs with ``split="shards"``.
+        A whole shard is read whole (through the cache, if any); part of one, with one
+        byte-range request from ``run.offset``, its first sample's header: nothing
+        before it is read again. Through the cache a part of a shard that has an index
+        is read whole, to be kept, and the samples around the run are skipped.
         """
-        segment = segments[number]
-        shard = segment.shard
-        index = indexes[shard]
+        if run.empty:
+            return
+        shard = run.shard
         url = redact_url(self.urls[shard])
-        if self.cache is not None or (segment.start == 0 and segment.stop == len(index)):
-            # Through the cache the whole shard is read, to be kept: the samples
-            # before the segment are skipped, and those after it read to the end.
-            read = Segment(shard, 0, len(index))
-            first, stream = 0, self._whole_shard(shard)
+        root, path = self._paths[shard]
+        location = self._locations[root]
+        index = self._indexes[shard] if self.split == "samples" and self._indexes else None
+        stop = run.stop
+        if index is not None:
+            stop = len(index) if stop == -1 else stop
+            if stop > len(index) or (
+                run.start < len(index) and run.offset != index.offsets[run.start]
+            ):
+                raise ShardStateError(
+                    f"shard stream state: {url} has no sample {run.start} at byte {run.offset} "
+                    f"(its index has {len(index)} samples): the state is of other shards"
+                )
+            whole = run.start == 0 and stop == len(index)
+            if self.cache is not None or whole:
+                read, first, stream = Segment(shard, 0, len(index)), 0, self._whole_shard(shard)
+            else:
+                read, first = Segment(shard, run.start, stop), run.offset
+                stream = range_stream(location, path, url, index, read, STREAM_CHUNK)
         else:
-            root, path = self._paths[shard]
-            location = self._locations[root]
-            read = segment
-            first = index.byte_range(segment.start, segment.stop)[0]
-            stream = range_stream(location, path, url, index, segment, STREAM_CHUNK)
-        keys, position = index.keys, read.start
+            read, first = Segment(shard, run.start, stop), run.offset
+            stream = (
+                self._whole_shard(shard)
+                if first == 0
+                else _shard_stream(location, path, url, self._counts, first)
+            )
+        position = read.start
         async with (
             aclosing(stream) as chunks,
-            aclosing(iter_tar(chunks, url, start=first)) as members,
-            aclosing(group_samples(members, url)) as grouped,
+            aclosing(iter_tar_spans(chunks, url, start=first)) as members,
+            aclosing(group_spans(members, url)) as grouped,
         ):
-            async for sample in grouped:
-                if position >= read.stop or sample["__key__"] != keys[position]:
-                    raise key_mismatch(url, index, read, position, sample["__key__"])
+            async for sample, begin, end, last in grouped:
+                key = sample["__key__"]
+                if index is not None and (position >= read.stop or key != index.keys[position]):
+                    raise key_mismatch(url, index, read, position, key)
+                if position >= run.start and (stop == -1 or position < stop):
+                    yield sample, (shard, position, begin, end, key), stop == -1 and last
                 position += 1
-                if segment.start < position <= segment.stop:
-                    yield sample
-        if position != read.stop:
+                if stop != -1 and position >= stop and index is None:
+                    return  # a run cut from a shard without its index: the rest is another's
+        if index is not None and position != read.stop:
             raise count_mismatch(url, read, position)
+
+    async def _reread(self, refs: Sequence[Ref]) -> list[Any]:
+        """The samples ``refs`` name, read again: one range request per run of neighbours."""
+        if not refs:
+            return []
+        groups: list[list[Ref]] = []
+        for ref in sorted(refs, key=lambda ref: (ref[0], ref[2])):
+            if groups and groups[-1][-1][0] == ref[0] and groups[-1][-1][3] == ref[2]:
+                groups[-1].append(ref)
+            else:
+                groups.append([ref])
+        found: dict[tuple[int, int], Any] = {}
+
+        async def read(group: list[Ref]) -> None:
+            shard, first, end = group[0][0], group[0][2], group[-1][3]
+            url = redact_url(self.urls[shard])
+            root, path = self._paths[shard]
+            chunks = range_chunks(
+                self._locations[root], path, url, first, end, self._counts, STREAM_CHUNK
+            )
+            async with (
+                aclosing(chunks),
+                aclosing(iter_tar_spans(chunks, url, start=first)) as members,
+                aclosing(group_spans(members, url)) as grouped,
+            ):
+                wanted = iter(group)
+                async for sample, begin, _, _ in grouped:
+                    ref = next(wanted, None)
+                    if ref is None or ref[2] != begin or ref[4] != sample["__key__"]:
+                        raise ShardStateError(
+                            f"shard stream state: {url} has sample {sample['__key__']!r} at "
+                            f"byte {begin}, the state expects {ref!r}: was the shard rewritten?"
+                        )
+                    found[ref[0], ref[1]] = sample
+                if next(wanted, None) is not None:
+                    raise ShardStateError(
+                        f"shard stream state: {url} ends before the samples the state names"
+                    )
+
+        await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY)
+        return [found[ref[0], ref[1]] for ref in refs]
 
     def _whole_shard(self, number: int) -> AsyncGenerator[bytes, None]:
         """The bytes of shard ``number``: from the local cache if there is one, else the store."""
@@ -538,15 +710,183 @@ class ShardDataset(IterableDataset[Any]):
             async for sample in grouped:
                 yield sample
 
+    def state_dict(self) -> dict[str, Any] | None:
+        """Where this process's stream stands: the samples it has not yielded, as JSON.
+
+        Taken by the loader after every batch (see :meth:`DataLoader.state_dict()
+        <aioload.DataLoader.state_dict>`): shard numbers, sample positions, byte offsets
+        and the shuffle buffer's keys, never sample bytes (the layout is
+        :mod:`aioload.sources.shard_state`). None before the first iteration.
+
+        Example::
+
+            state = dataset.state_dict()       # within an iteration, e.g. in a worker
+            json.dumps(state)                  # plain JSON
+        """
+        if self.resampled:
+            return {"format": "aioload.shard-stream", "resampled": True}
+        if self._live is None:
+            return None if self._resume is None else self._resume.to_json(len(self.urls))
+        stream, layout = self._live
+        state = stream.state()
+        state.epoch, state.layout = self.epoch, layout
+        return state.to_json(len(self.urls))
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next iteration continue the stream ``state`` describes.
+
+        Its epoch replaces :meth:`set_epoch`'s for that iteration. Taken with the same
+        split (rank, world size, worker, workers, buffer, shards in flight), the stream
+        continues exactly: the same samples in the same order, the shuffle buffer's
+        samples re-read with range requests, a partly read shard read from the byte its
+        next sample starts at. Otherwise what is left is re-split (see
+        :meth:`resume_streams`).
+
+        Raises:
+            ShardStateError: a malformed state, one of other shards, or of a resampled
+                dataset (an endless draw does not resume: start a new epoch).
+        """
+        self._refuse_resampled([state])
+        checked = check_state(state, shards=len(self.urls))
+        self._resume = checked
+        self.epoch = checked.epoch
+
+    def resume_streams(
+        self, states: Sequence[Any], num_workers: int, batch_size: int | None
+    ) -> list[Any]:
+        """The states a resumed epoch gives each of ``num_workers`` workers (one, with 0).
+
+        The loader's hook for an elastic resume (see :mod:`aioload.checkpoint`):
+        ``states`` are the stream states a checkpoint recorded, one per worker (None:
+        a worker that had delivered nothing) — of one rank, or of every rank
+        (:meth:`merge_states`). Where they are this loader's split, they are returned
+        as they are and the epoch continues exactly. Otherwise every sample they have
+        left is re-split, in the epoch's shard order, over this rank's workers
+        (:func:`~aioload.sources.shard_state.resplit`): each comes once, with a fresh
+        shuffle buffer.
+
+        Raises:
+            ShardStateError: a malformed state, or one of other shards.
+        """
+        self._refuse_resampled(states)
+        workers = max(num_workers, 1)
+        parsed = [None if s is None else check_state(s, shards=len(self.urls)) for s in states]
+        known = [state for state in parsed if state is not None]
+        if not known:
+            return [None] * workers
+        epoch = known[0].epoch
+        if any(state.epoch != epoch for state in known):
+            raise ShardStateError("shard stream state: the states are of different epochs")
+        layouts = [
+            self._layout(self.rank, self.world_size, i, workers, batch_size) for i in range(workers)
+        ]
+        if len(parsed) == workers and all(
+            state is None or state.layout == layouts[i] for i, state in enumerate(parsed)
+        ):
+            return list(states)
+        if self.split == "samples":
+            self.indexes()
+        filled = [
+            state
+            if state is not None
+            else StreamState(
+                epoch,
+                {},
+                self._plan(epoch, self.rank, self.world_size, i, len(parsed), batch_size),
+            )
+            for i, state in enumerate(parsed)
+        ]
+        return [
+            StreamState(epoch, layouts[i], self._resplit(filled, i, workers, batch_size)).to_json(
+                len(self.urls)
+            )
+            for i in range(workers)
+        ]
+
+    def merge_states(self, loader_states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """One loader state from every rank's :meth:`DataLoader.state_dict()
+        <aioload.DataLoader.state_dict>`, in rank order, for a job of another size.
+
+        Every rank of the new job loads the result (``loader.load_state_dict(merged)``)
+        and takes its share of what was left (see :meth:`resume_streams`): each
+        remaining sample comes once across the new ranks. Its ``"batches"`` is the
+        fewest any rank had received.
+
+        Example::
+
+            states = [json.load(open(f"ckpt-rank{r}.json")) for r in range(2)]
+            merged = dataset.merge_states(states)     # on each of 3 new ranks
+            loader.load_state_dict(merged)
+        """
+        if not loader_states:
+            raise ValueError("merge_states needs every rank's loader state; got none")
+        first = dict(loader_states[0])
+        if not all(isinstance(s, Mapping) and s.get("in_progress") for s in loader_states):
+            return first  # between epochs, or not started: nothing to merge
+        world_size = len(loader_states)
+        recorded: list[tuple[int, int, int, int | None, Any]] = []
+        for rank, state in enumerate(loader_states):
+            fits = state.get("fits")
+            if not isinstance(fits, Mapping):
+                raise ValueError(f"rank {rank}'s loader state has no 'fits': not a state_dict()")
+            num_workers, batch_size = fits.get("num_workers") or 0, fits.get("batch_size")
+            dataset = state.get("dataset")
+            streams = (
+                dataset.get("workers")
+                if num_workers and isinstance(dataset, Mapping)
+                else [dataset]
+            )
+            if not isinstance(streams, list):
+                raise ValueError(f"rank {rank}'s loader state has no stream state per worker")
+            for worker, stream in enumerate(streams):
+                recorded.append((rank, worker, max(num_workers, 1), batch_size, stream))
+        known = [
+            check_state(stream, shards=len(self.urls))
+            for *_, stream in recorded
+            if stream is not None
+        ]
+        streams_out: list[Any] = []
+        for rank, worker, num_workers, batch_size, stream in recorded:
+            if stream is None and known:
+                # A worker that had delivered nothing: its whole share is left.
+                epoch = known[0].epoch
+                runs = self._plan(epoch, rank, world_size, worker, num_workers, batch_size)
+                layout = self._layout(rank, world_size, worker, num_workers, batch_size)
+                stream = StreamState(epoch, layout, runs).to_json(len(self.urls))
+            streams_out.append(stream)
+        merged = copy.deepcopy(first)
+        merged["dataset"] = {"workers": streams_out, "next_worker": 0}
+        length = len(self) if self.split == "samples" else None  # this rank's share now
+        merged["fits"] = {
+            **first["fits"],
+            "num_workers": len(streams_out),
+            "dataset_length": length,
+        }
+        merged["batches"] = min(int(state.get("batches", 0)) for state in loader_states)
+        merged["received"] = []
+        return merged
+
+    def _refuse_resampled(self, states: Sequence[Any]) -> None:
+        resampled = any(isinstance(s, Mapping) and s.get("resampled") for s in states)
+        if self.resampled or resampled:
+            raise ShardStateError(
+                "shard stream state: a resampled ShardDataset draws shards endlessly and "
+                "does not resume mid-epoch; start a new epoch (set_epoch) instead"
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The stream being read (tasks, open reads) stays in the process that reads it.
+        return {**self.__dict__, "_live": None}
+
     def __repr__(self) -> str:
         return f"ShardDataset({len(self.urls)} shards, e.g. {redact_url(self.urls[0])!r})"
 
 
 async def _shard_stream(
-    location: StoreLocation, path: str, url: str, counts: SourceCounter
+    location: StoreLocation, path: str, url: str, counts: SourceCounter, offset: int = 0
 ) -> AsyncGenerator[bytes, None]:
-    """The bytes of one shard, chunk by chunk as they arrive; errors name the shard."""
-    _, chunks = await _open_shard(location, path, url, counts)
+    """The bytes of one shard from ``offset``, chunk by chunk as they arrive; errors name it."""
+    _, chunks = await _open_shard(location, path, url, counts, offset)
     async with aclosing(chunks):
         async for chunk in chunks:
             yield chunk

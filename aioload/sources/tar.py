@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from aioload.errors import TarFormatError
 
-__all__ = ["TarFormatError", "group_samples", "iter_tar", "split_name"]
+__all__ = ["TarFormatError", "group_samples", "iter_tar", "iter_tar_spans", "split_name"]
 
 BLOCK = 512
 
@@ -142,6 +143,22 @@ async def iter_tar(
 ) -> AsyncGenerator[tuple[str, bytes], None]:
     """Yields ``(name, body)`` for every regular file of the tar stream ``chunks``.
 
+    As :func:`iter_tar_spans`, without the members' byte spans.
+    """
+    async with aclosing(iter_tar_spans(chunks, where, start=start)) as members:
+        async for name, body, _, _ in members:
+            yield name, body
+
+
+async def iter_tar_spans(
+    chunks: AsyncIterator[bytes], where: str, *, start: int = 0
+) -> AsyncGenerator[tuple[str, bytes, int, int], None]:
+    """Yields ``(name, body, first, end)`` for every regular file of the tar stream ``chunks``.
+
+    ``first`` is the member's first header (a GNU long-name or pax header before its own
+    header included: a read can start there) and ``end`` the byte past its padding, both
+    counted from the archive's start: what a checkpoint records of a partly read shard.
+
     Args:
         chunks: the archive's bytes, in chunks of any size.
         where: the archive's URL, for error messages (already redacted).
@@ -218,9 +235,10 @@ async def iter_tar(
             _pax_path(body, where, offset)  # checked, as tarfile does; its records are unused
             continue
         name = long_name or member_name
+        first = offset if long_name is None else pending
         long_name = None
         if kind in tarfile.REGULAR_TYPES:
-            yield name, body
+            yield name, body, first, reader.offset
 
 
 def split_name(name: str) -> tuple[str, str]:

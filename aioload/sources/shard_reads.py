@@ -1,0 +1,75 @@
+"""Reads for resuming a shard stream: samples with their byte spans, and exact byte ranges.
+
+:func:`group_spans` groups tar members into samples as
+:func:`~aioload.sources.tar.group_samples` does, and gives each sample's bytes in its
+shard (what a checkpoint records). :func:`range_chunks` reads bytes ``first`` to
+``end - 1`` of an object with one ranged GET (the shuffle buffer's samples, re-read on
+resume), counted as every read is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import obstore
+
+from aioload.errors import TarFormatError
+from aioload.source_stats import SourceCounter
+from aioload.sources.stores import StoreLocation, raise_translated
+from aioload.sources.tar import split_name
+
+__all__ = ["group_spans", "range_chunks"]
+
+
+async def group_spans(
+    members: AsyncIterator[tuple[str, bytes, int, int]], url: str
+) -> AsyncGenerator[tuple[dict[str, Any], int, int, bool], None]:
+    """``(sample, first, end, last)`` for every sample of ``members`` (from ``iter_tar_spans``).
+
+    ``first`` and ``end`` bound the sample's bytes; ``last`` is true for the stream's
+    last sample (the shard's, for a read to its end).
+    """
+    sample: dict[str, Any] | None = None
+    first = end = 0
+    async for name, body, begin, stop in members:
+        key, field = split_name(name)
+        if not field or name.rpartition("/")[2].startswith("."):
+            continue
+        if sample is None or sample["__key__"] != key:
+            if sample is not None:
+                yield sample, first, end, False
+            sample, first = {"__key__": key, "__url__": url}, begin
+        elif field in sample:
+            raise TarFormatError(f"{url}: sample {key!r} has two members for field {field!r}")
+        sample[field] = body
+        end = stop
+    if sample is not None:
+        yield sample, first, end, True
+
+
+async def range_chunks(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    first: int,
+    end: int,
+    counts: SourceCounter,
+    chunk_size: int,
+) -> AsyncGenerator[bytes, None]:
+    """Bytes ``first`` to ``end - 1`` of ``path``, as they arrive (one ranged GET)."""
+    try:
+        options: Any = {"range": (first, end)}
+        result = await obstore.get_async(location.store, path, options=options)
+        chunks = aiter(result.stream(min_chunk_size=chunk_size))
+    except Exception as error:
+        raise_translated(error, url)
+    while True:
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except Exception as error:
+            raise_translated(error, url)
+        counts.received(len(chunk))
+        yield chunk

@@ -1,0 +1,161 @@
+"""One worker's shard stream, as it is read and as it stands: interleaving, shuffle, state.
+
+:class:`TrackedStream` yields the samples of a list of :class:`~aioload.sources.shard_state.Run`
+in the order ``ShardDataset`` has always yielded them — ``width`` runs read at once,
+one sample from each in turn (as :func:`~aioload.sources.interleave.interleave`), then
+through a shuffle buffer — and knows, whenever it is suspended at a sample, what is left:
+:meth:`TrackedStream.state` (see :mod:`aioload.sources.shard_state`). Every sample comes
+with its :data:`~aioload.sources.shard_state.Ref`, and a run's reader marks its last
+sample, so a run drained to its end is not opened again on resume.
+
+Resuming from a state rebuilds the same rotation: the runs being read come first in the
+state, from the one whose turn is next, so a fresh rotation of their first ``width``
+continues the same cycle (a drained run replaced in place stays in place).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import numpy as np
+
+from aioload.sources.interleave import _DONE, _Reader
+from aioload.sources.shard_state import Ref, Run, StreamState
+
+__all__ = ["OpenRun", "TrackedStream"]
+
+OpenRun = Callable[[Run], AsyncGenerator[tuple[Any, Ref, bool], None]]
+"""A run's samples: ``(sample, ref, last)``, ``last`` true for the shard's last sample."""
+
+
+class _Slot:
+    """A run being read: what is left of it, and its reader."""
+
+    __slots__ = ("left", "reader")
+
+    def __init__(self, run: Run, open_run: OpenRun, buffer: int) -> None:
+        self.left = run
+        self.reader = _Reader(open_run(run), buffer)
+
+
+class TrackedStream:
+    """The samples of ``runs``, ``width`` at a time in turn, through a shuffle buffer.
+
+    Args:
+        runs: what to read, in order.
+        open_run: reads one run.
+        width: runs read at once (``shards_in_flight``).
+        shuffle: the shuffle buffer's size (0 or 1: none).
+        rng: the shuffle buffer's generator.
+        buffer: samples already in the buffer, with their refs (a resumed stream).
+        draining: ``buffer`` is the tail still to come, in order (the runs are done).
+        read_ahead: samples each run reads ahead.
+
+    Example::
+
+        stream = TrackedStream(runs, open_run, 4, 1000, rng)
+        async for sample in stream.samples():
+            state = stream.state(epoch, layout, shards)   # what is left, as JSON
+    """
+
+    def __init__(
+        self,
+        runs: Sequence[Run],
+        open_run: OpenRun,
+        width: int,
+        shuffle: int,
+        rng: np.random.Generator,
+        buffer: Sequence[tuple[Any, Ref]] = (),
+        draining: bool = False,
+        read_ahead: int = 16,
+    ) -> None:
+        self._pending: deque[Run] = deque(runs)
+        self._open = open_run
+        self._width = width
+        self._shuffle = shuffle if shuffle > 1 else 0
+        self._rng = rng
+        self._buffer: list[tuple[Any, Ref]] = [] if draining else list(buffer)
+        self._drain: deque[tuple[Any, Ref]] = deque(buffer) if draining else deque()
+        self._draining = draining
+        self._read_ahead = read_ahead
+        self._rotation: list[_Slot] = []
+        self._in_line: deque[_Slot] = deque()
+        self._turn = 0
+
+    def state(self) -> StreamState:
+        """What is left, as of the last sample yielded (epoch and layout left blank)."""
+        rotation = self._rotation
+        turn = self._turn
+        runs = [slot.left for slot in rotation[turn:]]
+        runs += [slot.left for slot in rotation[:turn]]
+        runs += [slot.left for slot in self._in_line]
+        runs += self._pending
+        held = self._drain if self._draining else self._buffer
+        rng = dict(self._rng.bit_generator.state) if self._shuffle else None
+        return StreamState(0, {}, runs, [ref for _, ref in held], self._draining, rng)
+
+    def _top_up(self) -> None:
+        while len(self._rotation) + len(self._in_line) < 2 * self._width and self._pending:
+            slot = _Slot(self._pending.popleft(), self._open, self._read_ahead)
+            if len(self._rotation) < self._width:
+                self._rotation.append(slot)
+            else:
+                self._in_line.append(slot)
+
+    async def _interleaved(self) -> AsyncGenerator[tuple[Any, Ref], None]:
+        rotation = self._rotation
+        try:
+            self._top_up()
+            while rotation:
+                slot = rotation[self._turn]
+                item = await slot.reader.next()
+                if item is _DONE:
+                    if self._in_line:
+                        rotation[self._turn] = self._in_line.popleft()
+                    else:
+                        del rotation[self._turn]
+                    self._top_up()
+                    if rotation:
+                        self._turn %= len(rotation)
+                    continue
+                sample, ref, last = item
+                run = slot.left
+                # What is left of the run: past this sample (nothing, after the shard's last).
+                after = ref[1] + 1
+                slot.left = Run(run.shard, after, ref[3], after if last else run.stop)
+                self._turn = (self._turn + 1) % len(rotation)
+                yield sample, ref
+        finally:
+            readers = [*rotation, *self._in_line]
+            for held in readers:
+                held.reader.task.cancel()
+            for held in readers:
+                try:
+                    await held.reader.task
+                except BaseException:
+                    pass
+
+    async def samples(self) -> AsyncGenerator[Any, None]:
+        """The samples, in the stream's order (close it with ``aclosing``)."""
+        size, rng = self._shuffle, self._rng
+        if not self._draining:
+            buffer = self._buffer
+            async with aclosing(self._interleaved()) as source:
+                async for item in source:
+                    if len(buffer) < size:
+                        buffer.append(item)
+                        continue
+                    if size:
+                        slot = int(rng.integers(size))
+                        buffer[slot], item = item, buffer[slot]
+                    yield item[0]
+            self._drain = deque(buffer[int(slot)] for slot in rng.permutation(len(buffer)))
+            self._buffer = []
+            self._draining = True
+        drain = self._drain
+        while drain:
+            sample, _ = drain.popleft()
+            yield sample

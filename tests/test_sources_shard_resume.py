@@ -32,10 +32,11 @@ def label(raw: dict[str, Any]) -> int:
     return int(default_decode(raw)["cls"])
 
 
-def write_shards(folder: Path) -> None:
+def write_shards(folder: Path, index: bool = True) -> None:
     number = 0
     for shard, size in enumerate(SIZES):
-        with ShardWriter(str(folder / "part-%03d.tar"), maxcount=size, start_shard=shard) as w:
+        pattern = str(folder / "part-%03d.tar")
+        with ShardWriter(pattern, maxcount=size, start_shard=shard, index=index) as w:
             for _ in range(size):
                 w.write({"__key__": f"{number:06d}", "cls": number, "txt": "x" * (number * 37)})
                 number += 1
@@ -152,8 +153,9 @@ def test_elastic_resume_with_other_workers_covers_the_rest_once(
     assert Counter(taken + rest) == Counter(range(TOTAL))
 
 
+@pytest.mark.parametrize("new_workers", [1, 2])
 @pytest.mark.parametrize("split", ["samples", "shards"])
-def test_elastic_resume_from_two_ranks_to_three(shards: str, split: str) -> None:
+def test_elastic_resume_from_two_ranks_to_three(shards: str, split: str, new_workers: int) -> None:
     options = {"split": split, "shuffle_buffer": 3, "drop_last": True}
     old = [dataset(shards, rank=r, world_size=2, **options) for r in range(2)]
     taken, states = [], []
@@ -165,7 +167,7 @@ def test_elastic_resume_from_two_ranks_to_three(shards: str, split: str) -> None
     for rank in range(3):
         data = dataset(shards, rank=rank, world_size=3, **options)
         merged = json.loads(json.dumps(data.merge_states(states)))
-        rest += flat(list(_resumed(data, 1, True, merged)))
+        rest += flat(list(_resumed(data, new_workers, True, merged)))
     expected = Counter(range(TOTAL - TOTAL % 2)) if split == "samples" else Counter(range(TOTAL))
     assert Counter(taken + rest) == expected
 
@@ -237,3 +239,21 @@ def test_exact_resume_over_s3(
         full = flat(list(loader(dataset(url, **options), 2)))
         taken, state = stop_after(loader(dataset(url, **options), 2), 4)
         assert taken + flat(list(_resumed(dataset(url, **options), 2, True, state))) == full
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sample_split_without_index_files_resumes_exactly(
+    object_folder: Path, object_server: Any, workers: int
+) -> None:
+    # The indexes are built by reading the shards once; the resume still continues exactly.
+    folder = object_folder / "resume-unindexed"
+    folder.mkdir(exist_ok=True)
+    write_shards(folder, index=False)
+    assert not list(folder.glob("*.idx.json"))
+    url = f"{object_server.url}/resume-unindexed/{PATTERN}"
+    options = {"split": "samples", "shuffle_buffer": 4, "shards_in_flight": 2}
+    whole = flat(list(loader(dataset(url, **options), workers)))
+    taken, state = stop_after(loader(dataset(url, **options), workers), 4)
+    rest = flat(list(_resumed(dataset(url, **options), workers, True, state)))
+    assert taken + rest == whole
+    assert sorted(whole) == list(range(TOTAL))

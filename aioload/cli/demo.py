@@ -8,7 +8,9 @@ first-byte latency), and trains a softmax classifier on it three ways, each
 for one epoch over the same shards with the same training step:
 
 - **aioload**: ``async for batch in DataLoader(ShardDataset(urls), ...)``,
-  with worker processes that each stream several shards at once;
+  with worker processes that each stream several shards at once, keeping
+  them in a local cache (``cache_dir``) as they arrive; then a second epoch
+  (**aioload, epoch 2**) from that cache, without a request to the store;
 - **serial**: one shard after another with a blocking HTTP client, in the
   training loop itself: what a plain script does;
 - **torch** (when torch is installed): torch's ``DataLoader`` over an
@@ -101,7 +103,7 @@ def run(arguments: argparse.Namespace) -> int:
         with ObjectServer(folder, latency=arguments.latency_ms / 1000) as server:
             urls = [f"{server.url}/{name}" for name in names]
             results = [
-                _aioload(urls, arguments, sample_bytes, show),
+                *_aioload(urls, arguments, sample_bytes, show),
                 _serial(urls, arguments, sample_bytes, show),
             ]
             torch_result = (
@@ -114,7 +116,7 @@ def run(arguments: argparse.Namespace) -> int:
     print()
     for result in results:
         print(
-            f"{result.name:>8}: final loss {result.extra['loss']:.3f}, "
+            f"{result.name:>16}: final loss {result.extra['loss']:.3f}, "
             f"accuracy {100 * result.extra['accuracy']:.0f}% on its last batches"
         )
     if torch_result is None and not arguments.no_torch:
@@ -220,18 +222,42 @@ def _features() -> int:
 
 def _aioload(
     urls: list[str], arguments: argparse.Namespace, sample_bytes: float, show: bool
-) -> Result:
+) -> list[Result]:
+    """Epoch 1 from the store (kept in a local cache as it arrives), then epoch 2 from it."""
     from aioload import DataLoader
     from aioload.sources import ShardDataset
 
-    dataset = ShardDataset(
-        urls, decode=decode_sample, shuffle_buffer=256, shards_in_flight=arguments.shards_in_flight
-    )
-    loader: DataLoader[Any] = DataLoader(
-        dataset, batch_size=arguments.batch_size, num_workers=arguments.workers
-    )
-    model = Classifier(_features())
-    meter = Meter("aioload", arguments.samples, show=show)
+    with tempfile.TemporaryDirectory(prefix="aioload-demo-cache-") as cache:
+        dataset = ShardDataset(
+            urls,
+            decode=decode_sample,
+            shuffle_buffer=256,
+            shards_in_flight=arguments.shards_in_flight,
+            cache_dir=cache,
+        )
+        loader: DataLoader[Any] = DataLoader(
+            dataset, batch_size=arguments.batch_size, num_workers=arguments.workers
+        )
+        model = Classifier(_features())
+        try:
+            results = []
+            for epoch, name in enumerate(("aioload", "aioload, epoch 2")):
+                dataset.set_epoch(epoch)
+                results.append(_aioload_epoch(loader, model, name, arguments, sample_bytes, show))
+        finally:
+            loader.close()
+    return results
+
+
+def _aioload_epoch(
+    loader: Any,
+    model: Classifier,
+    name: str,
+    arguments: argparse.Namespace,
+    sample_bytes: float,
+    show: bool,
+) -> Result:
+    meter = Meter(name, arguments.samples, show=show)
 
     async def train() -> None:
         waited_since = time.perf_counter()
@@ -246,8 +272,6 @@ def _aioload(
     except BaseException:
         meter.close()
         raise
-    finally:
-        loader.close()
     return meter.finish(loss=model.loss, accuracy=model.accuracy)
 
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -344,3 +345,18 @@ def test_a_missing_shard_fails_its_index_load_naming_it(http_shards: str) -> Non
     # store's own, not a group of them (the other loads are cancelled).
     with pytest.raises(FileNotFoundError, match=r"missing\.tar"):
         len(dataset)
+
+
+def test_ranged_reads_count_their_bytes_from_the_store(
+    http_shards: str, object_server: Any
+) -> None:
+    # Rank 1 of 3 reads the shards cut at its boundaries with ranged GETs: stats() counts
+    # every byte of them, as for whole shards.
+    dataset = ShardDataset(http_shards, decode=label, rank=1, world_size=3)
+    dataset.indexes()  # loaded before the epoch: the index files are not the epoch's reads
+    loader = DataLoader(dataset, batch_size=16, collate_fn=list)
+    time.sleep(0.05)
+    before = object_server.stats()["bytes"]
+    assert sum(len(batch) for batch in loader) == len(dataset)
+    sent = object_server.stats()["bytes"] - before
+    assert loader.stats().epoch.store_bytes == sent > 0

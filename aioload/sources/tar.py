@@ -25,9 +25,36 @@ from typing import Any
 
 from aioload.errors import TarFormatError
 
-__all__ = ["TarFormatError", "group_samples", "iter_tar", "split_name"]
+__all__ = ["TarFormatError", "TarPosition", "group_samples", "iter_tar", "split_name"]
 
 BLOCK = 512
+
+
+class TarPosition:
+    """Where :func:`iter_tar` and :func:`group_samples` stand in a shard, for messages.
+
+    Passed to both, it is kept up to date as they go (nothing is tracked without one).
+
+    Attributes:
+        member: the byte offset where the member last yielded starts (its header, or
+            the long-name or pax header before it; -1: none yet).
+        sample: the byte offset of the first header of the sample last yielded (-1: none).
+        pending: the byte offset where the first sample not yet yielded starts: what a
+            failure from here on loses of the shard (0 at first).
+
+    Example::
+
+        position = TarPosition()
+        async for sample in group_samples(iter_tar(chunks, url, position), url, position):
+            print(sample["__key__"], "at byte", position.sample)
+    """
+
+    __slots__ = ("member", "pending", "sample")
+
+    def __init__(self) -> None:
+        self.member = -1
+        self.sample = -1
+        self.pending = 0
 
 
 class _ChunkReader:
@@ -138,13 +165,14 @@ def _parse_header(header: bytes) -> tuple[str, int, bytes] | None:
 
 
 async def iter_tar(
-    chunks: AsyncIterator[bytes], where: str
+    chunks: AsyncIterator[bytes], where: str, position: TarPosition | None = None
 ) -> AsyncGenerator[tuple[str, bytes], None]:
     """Yields ``(name, body)`` for every regular file of the tar stream ``chunks``.
 
     Args:
         chunks: the archive's bytes, in chunks of any size.
         where: the archive's URL, for error messages (already redacted).
+        position: kept up to date with the offset of each member yielded (optional).
 
     Raises:
         TarFormatError: an empty (0-byte) stream, a damaged header (a bad
@@ -214,8 +242,11 @@ async def iter_tar(
             _pax_path(body, where, offset)  # checked, as tarfile does; its records are unused
             continue
         name = long_name or member_name
+        begins = offset if long_name is None else pending  # a long name's header comes first
         long_name = None
         if kind in tarfile.REGULAR_TYPES:
+            if position is not None:
+                position.member = begins
             yield name, body
 
 
@@ -233,24 +264,33 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 async def group_samples(
-    members: AsyncIterator[tuple[str, bytes]], url: str
+    members: AsyncIterator[tuple[str, bytes]], url: str, position: TarPosition | None = None
 ) -> AsyncGenerator[dict[str, Any], None]:
     """Groups consecutive members with the same key into samples.
 
     Each sample is a dict ``{"__key__": key, "__url__": url, field: bytes, ...}``.
     Members whose file name starts with a dot, or has no field, are skipped.
+    With a ``position`` (the one :func:`iter_tar` keeps up to date) it records
+    where each sample yielded starts, and where the next one does.
     """
     sample: dict[str, Any] | None = None
+    start = 0  # the offset of the sample being gathered (with a position)
     async for name, body in members:
         key, field = split_name(name)
         if not field or name.rpartition("/")[2].startswith("."):
             continue
         if sample is None or sample["__key__"] != key:
             if sample is not None:
+                if position is not None:
+                    position.sample, position.pending = start, position.member
                 yield sample
+            if position is not None:
+                start = position.member
             sample = {"__key__": key, "__url__": url}
         elif field in sample:
             raise TarFormatError(f"{url}: sample {key!r} has two members for field {field!r}")
         sample[field] = body
     if sample is not None:
+        if position is not None:
+            position.sample = start
         yield sample

@@ -13,6 +13,7 @@ process, does not survive a plain ``fork``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tarfile
 from collections.abc import AsyncGenerator, Iterator
@@ -361,3 +362,38 @@ def test_the_shard_folder_is_what_the_tests_think(shard_folder: Path) -> None:
     cut = shard_folder / "cut" / "c-0003.tar"
     assert cut.stat().st_size < whole.stat().st_size
     assert offsets(whole)[key(36)] < cut.stat().st_size < offsets(whole)[key(37)]
+
+
+@pytest.mark.parametrize(
+    ("name", "short", "workers"), [("bad", "b", 0), ("bad", "b", 2), ("cut", "c", 0)]
+)
+def test_a_guarded_stream_checkpoints_and_resumes_exactly(
+    server: ObjectServer, name: str, short: str, workers: int
+) -> None:
+    def loader() -> DataLoader:
+        dataset = ShardDataset(
+            urls(server.url, name, short),
+            decode=label,
+            shuffle_shards=True,
+            shuffle_buffer=7,
+            shards_in_flight=2,
+            seed=5,
+        )
+        return DataLoader(dataset, batch_size=4, num_workers=workers, retry=FAST, on_error="skip")
+
+    full = labels(loader())
+    lost = (
+        CORRUPT
+        if name == "bad"
+        else set(range(CUT_SHARD * PER_SHARD + 6, (CUT_SHARD + 1) * PER_SHARD))
+    )
+    assert sorted(full) == sorted(set(range(SHARDS * PER_SHARD)) - set(lost))
+    for stop in (1, 4, 9):
+        first = loader()
+        it = iter(first)
+        taken = [int(x) for _ in range(stop) for x in np.asarray(next(it)).reshape(-1)]
+        state = json.loads(json.dumps(first.state_dict()))
+        it.close()
+        resumed = loader()
+        resumed.load_state_dict(state)
+        assert taken + labels(resumed) == full, stop

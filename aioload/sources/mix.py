@@ -315,8 +315,8 @@ class MixDataset(IterableDataset[Any]):
         for number, (source, source_state, done) in enumerate(
             zip(self.datasets, sources, exhausted, strict=True)
         ):
-            if done:
-                continue
+            if done or source_state is None:
+                continue  # exhausted, or not started when the state was taken: starts afresh
             try:
                 source.load_state_dict(source_state)
             except Exception as error:

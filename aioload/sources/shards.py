@@ -452,6 +452,7 @@ class ShardDataset(IterableDataset[Any]):
             yield int(rng.integers(count))
 
     def __aiter__(self) -> AsyncIterator[Any]:
+        self._live = None  # a new iteration: the last one's state is no longer where it stands
         return self._stream(None)
 
     def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
@@ -472,6 +473,7 @@ class ShardDataset(IterableDataset[Any]):
             for batch in loader: ...
             loader.skipped   # [SkippedItem(key='000017', ..., where='s3://...tar, byte 10240')]
         """
+        self._live = None
         return self._stream(guard)
 
     async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:

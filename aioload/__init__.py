@@ -47,6 +47,7 @@ from aioload.samplers import (
 )
 from aioload.shared_list import SharedList
 from aioload.stats import IterationStats, LoaderStats
+from aioload.stream_faults import StreamGuard
 from aioload.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "SharedList",
     "SkippedItem",
     "StackDataset",
+    "StreamGuard",
     "Subset",
     "SubsetRandomSampler",
     "TensorDataset",

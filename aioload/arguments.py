@@ -25,6 +25,7 @@ from aioload.dataset_sampler import offered_sampler
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.policy import FaultPolicy, RetryPolicy
 from aioload.samplers import BatchSampler, RandomSampler, Rng, SequentialSampler, _as_generator
+from aioload.stream_faults import check_stream_policy
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -144,11 +145,7 @@ def check_arguments(
 
     protocol = inspect_dataset(dataset)
     if protocol.iterable and policy.active:
-        raise ValueError(
-            "retry, item_timeout and on_error='skip' apply to map-style datasets only: "
-            "an iterable dataset's stream cannot read a sample again; leave them at "
-            "their defaults (retry=None, item_timeout=None, on_error='raise')"
-        )
+        check_stream_policy(dataset, policy)  # a stream applies it only if it opted in
     if executor is not None:
         check_executor(
             executor,

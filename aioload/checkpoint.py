@@ -228,11 +228,17 @@ class Checkpoints:
     def check_checkpointable(self) -> None:
         """Refuses an iterable dataset that cannot say where its stream stands."""
         if self._iterable and not _stateful(self._dataset):
-            raise TypeError(
+            error = TypeError(
                 f"this DataLoader cannot checkpoint: its iterable dataset "
                 f"{type(self._dataset).__name__} has no state_dict()/load_state_dict(), so a "
                 "checkpoint could not say where its stream stood"
             )
+            if hasattr(type(self._dataset), "state_dict"):  # a property that says why not
+                try:
+                    getattr(self._dataset, "state_dict")  # noqa: B009
+                except AttributeError as why:  # a MixDataset's source without one, say
+                    error.add_note(str(why))
+            raise error
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state (see :meth:`aioload.DataLoader.state_dict`)."""

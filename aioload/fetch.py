@@ -46,7 +46,9 @@ class DatasetProtocol:
     Attributes:
         iterable: an iterable-style dataset (``__iter__``/``__aiter__``), not map-style.
         is_async: reading it needs an event loop: an ``async def __getitem__`` or
-            ``__getitems__`` (or async members), or an iterable with ``__aiter__``.
+            ``__getitems__`` (or async members), or an iterable with ``__aiter__``
+            (unless it says otherwise with a bool attribute ``is_async_stream``: a
+            stream with both ``__iter__`` and ``__aiter__``, read with ``__iter__``).
         batched: a map-style dataset with ``__getitems__``.
         thread_safe: the dataset declares (``thread_safe = True``) that several
             threads may call it at once; otherwise a sync dataset is read by
@@ -99,6 +101,10 @@ def _stream_is_async(dataset: Any) -> bool:
     # members is a sync stream, which the loader reads in a thread.
     if isinstance(dataset, ChainDataset):
         return any(_stream_is_async(member) for member in dataset.datasets)
+    # So may any stream with both methods say which one the loader reads (a MixDataset).
+    declared = getattr(dataset, "is_async_stream", None)
+    if isinstance(declared, bool):
+        return declared
     return hasattr(type(dataset), "__aiter__")
 
 

@@ -188,9 +188,10 @@ class DataLoader(Generic[T_co]):
             ``__getitem__`` to find the bad ones after any other.
         max_skipped: with ``on_error='skip'``, the most items one epoch may
             skip: a count (int >= 0) or a fraction of the epoch's items (a
-            float between 0 and 1, which needs a sampler with a length). One
-            more ends the epoch with :class:`~aioload.TooManySkippedError`,
-            listing every skipped key and reason. None (the default): no limit.
+            float between 0 and 1, which needs a sampler with a length; a
+            stream takes a count). One more ends the epoch with
+            :class:`~aioload.TooManySkippedError`, listing every skipped key and
+            reason. None (the default): no limit.
         executor: a :class:`concurrent.futures.Executor` to run the batches
             on instead of the event loop or aioload's worker processes: a
             ``ThreadPoolExecutor``, a ``ProcessPoolExecutor``, or a cluster's,
@@ -207,9 +208,11 @@ class DataLoader(Generic[T_co]):
             never shuts it down. See :mod:`aioload.backends.executor`.
 
     The fault policy (``retry``, ``item_timeout``, ``on_error``) applies to
-    map-style datasets only — an iterable dataset's stream cannot read a
-    sample again — and runs where items are read, inside the workers when
-    ``num_workers > 0``.
+    map-style datasets, and (but for ``item_timeout``) to the iterable
+    datasets that can skip a sample without ending their stream, through a
+    ``guarded_stream`` method (:mod:`aioload.stream_faults`; ``ShardDataset``
+    and ``MixDataset`` have one); it runs where items are read, inside the
+    workers when ``num_workers > 0``.
 
     Checkpoints: :meth:`state_dict` may be called between any two batches
     (``for`` or ``async for``), after an epoch or before the first; it

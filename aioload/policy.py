@@ -18,7 +18,8 @@ policy changes that per item (:class:`FaultPolicy`, built from the loader's
 
 The policy runs where the items are read: on the loader's loop, or inside each
 worker process; skip records travel back with their batch and are counted by
-the epoch in the loader (:class:`SkipLog`).
+the epoch in the loader (:class:`SkipLog`). A stream applies it itself, when it
+can skip a sample without ending (see :mod:`aioload.stream_faults`).
 """
 
 from __future__ import annotations
@@ -165,8 +166,11 @@ class SkippedItem:
         error: the last error's message.
         attempts: how many attempts were made.
         worker: the worker process that read it (None: the loader's own loop).
+        where: where a stream met it, when the stream says (a shard's URL and
+            the byte offset of the sample; see :mod:`aioload.stream_faults`).
 
-    ``str(item)`` reads like ``key 7: builtins.KeyError: 'missing' (1 attempt)``.
+    ``str(item)`` reads like ``key 7: builtins.KeyError: 'missing' (1 attempt)``, or
+    ``key '000017' (s3://b/train-3.tar, byte 10240): ...`` with a ``where``.
     """
 
     key: Any
@@ -174,14 +178,21 @@ class SkippedItem:
     error: str
     attempts: int
     worker: int | None = None
+    where: str | None = None
 
     @classmethod
     def from_error(
-        cls, key: Any, error: BaseException, attempts: int, worker: int | None = None
+        cls,
+        key: Any,
+        error: BaseException,
+        attempts: int,
+        worker: int | None = None,
+        where: str | None = None,
     ) -> SkippedItem:
         """The record of ``key``, given up after ``attempts`` attempts (the last raised it)."""
         kind = type(error)
-        return cls(key, f"{kind.__module__}.{kind.__qualname__}", str(error), attempts, worker)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        return cls(key, name, str(error), attempts, worker, where)
 
     @property
     def reason(self) -> str:
@@ -189,9 +200,10 @@ class SkippedItem:
         return f"{self.error_type}: {self.error}"
 
     def __str__(self) -> str:
-        where = "" if self.worker is None else f", worker {self.worker}"
+        worker = "" if self.worker is None else f", worker {self.worker}"
         plural = "" if self.attempts == 1 else "s"
-        return f"key {self.key!r}: {self.reason} ({self.attempts} attempt{plural}{where})"
+        where = "" if self.where is None else f" ({self.where})"
+        return f"key {self.key!r}{where}: {self.reason} ({self.attempts} attempt{plural}{worker})"
 
 
 @dataclass(frozen=True)

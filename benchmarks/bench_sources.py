@@ -1,10 +1,11 @@
 """aioload.sources against the plain client it is built on, and against torch, in the same run.
 
-Run by hand: ``python benchmarks/bench_sources.py [--quick] [--repeat 5] [--only latency|s3]``.
+Run by hand: ``python benchmarks/bench_sources.py [--quick] [--repeat 5]
+[--only latency|s3|mix]``.
 
-Two measurements of 64 KiB objects read with obstore, each printed as a table of medians over
-``--repeat`` repetitions (with the fastest and slowest repetition), the CPU each object costs,
-and the targets of the object-store issue:
+Two measurements of 64 KiB objects read with obstore, and one of tar shards streamed, each
+printed as a table of medians over ``--repeat`` repetitions (with the fastest and slowest
+repetition), the CPU each object or sample costs, and the targets of the object-store issues:
 
 1. **Latency-bound**: an :class:`~aioload.sources.ObjectServer` (aiohttp, in its own process)
    answers every request after 20 ms. Cases: the ceiling — 256 plain coroutines on one uvloop
@@ -16,11 +17,19 @@ and the targets of the object-store issue:
 2. **SeaweedFS** (a real S3 server, ``weed mini`` on 127.0.0.1), no injected latency: the
    obstore ceiling (64 coroutines) and ``ObjectDataset`` through ``DataLoader`` (batch 32,
    ``concurrency=64``) on 0 and 2 workers. Target: aioload (0 workers) >= 0.8 x the ceiling.
+3. **Mixing tar shards**: one epoch of 24 shards of 500 samples of 4 KiB, read by one
+   ``ShardDataset`` over all of them, and by a ``MixDataset`` of three ``ShardDataset`` of 8
+   shards each (equal weights, ``stop="longest"``: the same 12,000 samples), through
+   ``DataLoader`` (batch 32, 0 workers, ``async for``), from local files and from an
+   ObjectServer answering after 20 ms; and the mix from local files under the fault policy
+   (``retry``, ``on_error="skip"``; nothing fails), its cost. Target: the mix >= 0.9 x the
+   single dataset, both stores.
 
-Each run counts objects for a fixed time once the first ``concurrency`` objects have arrived
-(connections are open by then). CPU per object is the CPU time of this process (the loop and
-obstore's threads) and of the server process over the same window, per object; worker
-processes' CPU is not counted (their rows show only this process's share). The cases of a
+Measurements 1 and 2 count objects for a fixed time once the first ``concurrency`` objects have
+arrived (connections are open by then); measurement 3 times whole epochs. CPU per object is the
+CPU time of this process (the loop and obstore's threads) and of the server process over the
+same window, per object; worker processes' CPU is not counted (their rows show only this
+process's share). The cases of a
 measurement run in turn, repetition by repetition, each once untimed first. torch is optional:
 without it its rows are skipped.
 """
@@ -41,6 +50,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,10 +66,18 @@ from bench_workers import (
     torch_loader,
     version,
 )
-from common import Run, Shared, Workload, optional, replay
+from common import Rates, Run, Shared, Workload, optional, replay
 
-from aioload import DataLoader
-from aioload.sources import ObjectDataset, ObjectServer, SeaweedFS, open_store
+from aioload import DataLoader, RetryPolicy
+from aioload.sources import (
+    MixDataset,
+    ObjectDataset,
+    ObjectServer,
+    SeaweedFS,
+    ShardDataset,
+    ShardWriter,
+    open_store,
+)
 
 aiohttp = optional("aiohttp")
 
@@ -70,6 +88,10 @@ BATCH = 32
 CONCURRENCY = 256  # reads in flight on one loop, measurement 1
 S3_CONCURRENCY = 64  # measurement 2: SeaweedFS is CPU-bound, more in flight only queues
 TORCH_WORKERS = (2, 16)
+SHARDS = 24  # measurement 3: tar shards of SHARD_SAMPLES samples of SAMPLE_SIZE bytes
+SHARD_SAMPLES = 500
+SAMPLE_SIZE = 4 << 10
+MIX_PARTS = 3  # the MixDataset's sources, SHARDS // MIX_PARTS shards each
 WORKER_TIMEOUT = 60.0
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
@@ -486,13 +508,166 @@ def seaweedfs_bound(repeat: int, duration: float, checks: list[Check]) -> None:
     )
 
 
+# -- measurement 3: mixing tar shards ----------------------------------------------------
+
+
+def sample_body(i: int) -> bytes:
+    return i.to_bytes(4, "little") + bytes([i % 251]) * (SAMPLE_SIZE - 4)
+
+
+def sample_array(sample: dict[str, Any]) -> np.ndarray:
+    """A shard sample's ``bin`` member as a uint8 array, without a copy."""
+    return np.frombuffer(sample["bin"], np.uint8)
+
+
+@contextmanager
+def shard_files() -> Iterator[str]:
+    """A temporary folder with ``SHARDS`` tar shards under ``shards/``; removed at the end."""
+    folder = tempfile.mkdtemp(prefix="aioload-bench-shards-")
+    try:
+        pattern = os.path.join(folder, "shards", "s-%04d.tar")
+        with ShardWriter(pattern, maxcount=SHARD_SAMPLES) as writer:
+            for i in range(SHARDS * SHARD_SAMPLES):
+                writer.write({"__key__": f"{i:06d}", "bin": sample_body(i)})
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def shard_urls(base: str) -> list[str]:
+    return [f"{base}/shards/s-{k:04d}.tar" for k in range(SHARDS)]
+
+
+def one_shard_dataset(urls: list[str]) -> ShardDataset:
+    return ShardDataset(urls, decode=sample_array)
+
+
+def mixed_shard_dataset(urls: list[str]) -> MixDataset:
+    parts = [ShardDataset(urls[k::MIX_PARTS], decode=sample_array) for k in range(MIX_PARTS)]
+    return MixDataset(parts, [1.0] * MIX_PARTS, seed=0, stop="longest")
+
+
+def epoch_case(
+    name: str, make_dataset: Callable[[], Any], cpu: dict[str, list[float]], **policy: Any
+) -> Case:
+    """One whole epoch through ``DataLoader`` (batch 32, ``async for`` on uvloop, the loader's
+    fault policy ``policy``); every sample is counted and checked once. The duration is not
+    used: an epoch is the run."""
+
+    def run(_: float) -> tuple[int, float]:
+        loader = DataLoader(make_dataset(), batch_size=BATCH, **policy)
+
+        async def main() -> tuple[list[int], float, float]:
+            firsts: list[int] = []
+            start, cpu_start = time.perf_counter(), time.process_time()
+            async for batch in loader:
+                data = np.asarray(batch)
+                if data.shape[1:] != (SAMPLE_SIZE,):
+                    raise RuntimeError(f"a batch of shape {data.shape}")
+                firsts += np.ascontiguousarray(data[:, :4]).view(np.uint32).ravel().tolist()
+            return firsts, time.perf_counter() - start, time.process_time() - cpu_start
+
+        firsts, seconds, used = uvloop.run(main())
+        if sorted(firsts) != list(range(SHARDS * SHARD_SAMPLES)):
+            raise RuntimeError(f"{name}: the epoch did not yield every sample once")
+        cpu.setdefault(name, []).append(used / len(firsts))
+        return len(firsts), seconds
+
+    return run
+
+
+MIX_ONE_FILES = "aioload one ShardDataset, local files"
+MIX_FILES = f"aioload MixDataset of {MIX_PARTS}, local files"
+MIX_GUARDED = f"aioload MixDataset of {MIX_PARTS}, files, retry+skip"
+MIX_ONE_HTTP = f"aioload one ShardDataset, ObjectServer {LATENCY * 1e3:.0f} ms"
+MIX_HTTP = f"aioload MixDataset of {MIX_PARTS}, ObjectServer {LATENCY * 1e3:.0f} ms"
+
+
+@contextmanager
+def shard_stores() -> Iterator[tuple[str, ObjectServer]]:
+    """The shard folder and an ObjectServer over it answering after ``LATENCY``."""
+    with shard_files() as folder, ObjectServer(folder, latency=LATENCY) as server:
+        yield folder, server
+
+
+def mix_cases(folder: str, server: ObjectServer, cpu: dict[str, list[float]]) -> dict[str, Case]:
+    """The cases of measurement 3: each store, one dataset then the mix."""
+    files, http = shard_urls(Path(folder).as_uri()), shard_urls(server.url)
+    return {
+        MIX_ONE_FILES: epoch_case(MIX_ONE_FILES, partial(one_shard_dataset, files), cpu),
+        MIX_FILES: epoch_case(MIX_FILES, partial(mixed_shard_dataset, files), cpu),
+        # The fault policy's path (guarded_stream), which nothing here fails: its cost.
+        MIX_GUARDED: epoch_case(
+            MIX_GUARDED,
+            partial(mixed_shard_dataset, files),
+            cpu,
+            retry=RetryPolicy(attempts=3),
+            on_error="skip",
+        ),
+        MIX_ONE_HTTP: epoch_case(MIX_ONE_HTTP, partial(one_shard_dataset, http), cpu),
+        MIX_HTTP: epoch_case(MIX_HTTP, partial(mixed_shard_dataset, http), cpu),
+    }
+
+
+def measure_alternating(cases: dict[str, Case], repeat: int) -> Measured:
+    """As ``measure``, the order of the cases reversed every other round (as ``run.py`` does):
+    on a shared machine no case always runs first, or always after the same one."""
+    for run in cases.values():
+        run(0.0)  # untimed
+    rates = {name: Rates([]) for name in cases}
+    for round_number in range(repeat):
+        names = list(cases)
+        for name in names if round_number % 2 == 0 else reversed(names):
+            done, seconds = cases[name](0.0)
+            rates[name].values.append(done / seconds)
+    return Measured(rates, {})
+
+
+def mix_bound(repeat: int, checks: list[Check]) -> None:
+    """Measurement 3."""
+    cpu: dict[str, list[float]] = {}
+    with shard_stores() as (folder, server):
+        cases = mix_cases(folder, server, cpu)
+        measured = measure_alternating(cases, repeat)
+    print(
+        f"\n3. Mixing tar shards: {SHARDS} shards of {SHARD_SAMPLES} samples of "
+        f"{SAMPLE_SIZE >> 10} KiB, one epoch per run; batch {BATCH}, 0 workers, async for"
+    )
+    print_table(
+        measured,
+        list(cases),
+        "samples/s",
+        ratios={
+            "x one": {MIX_FILES: MIX_ONE_FILES, MIX_GUARDED: MIX_ONE_FILES, MIX_HTTP: MIX_ONE_HTTP}
+        },
+    )
+    print(f"\n{'CPU per sample (this process)':<52} {'median':>10}")
+    for name in cases:
+        runs = cpu.get(name, [])[-repeat:]
+        if runs:
+            print(f"{name:<52} {statistics.median(runs) * 1e6:>7.1f} us")
+    add_checks(
+        checks,
+        measured,
+        [
+            ("3. local files, MixDataset of 3 vs one ShardDataset", MIX_FILES, MIX_ONE_FILES, 0.9),
+            ("3. 20 ms, MixDataset of 3 vs one ShardDataset", MIX_HTTP, MIX_ONE_HTTP, 0.9),
+            ("3. local files, the mix under retry + skip vs one", MIX_GUARDED, MIX_ONE_FILES, None),
+        ],
+        unit="samples/s",
+    )
+
+
 def add_checks(
-    checks: list[Check], measured: Measured, rows: list[tuple[str, str, str, float | None]]
+    checks: list[Check],
+    measured: Measured,
+    rows: list[tuple[str, str, str, float | None]],
+    unit: str = "objects/s",
 ) -> None:
     for title, case, reference, bound in rows:
         check = Check(
             title,
-            "objects/s",
+            unit,
             measured.median(case),
             measured.median(reference),
             reference,
@@ -515,6 +690,8 @@ def workloads(quick: bool) -> list[Workload]:
     torch_workers = TORCH_WORKERS[:1] if quick else TORCH_WORKERS
     server = Shared(latency_server)
     s3 = Shared(seaweedfs_objects)
+    shards = Shared(shard_stores)
+    shard_cpu: dict[str, list[float]] = {}
     logs = {"latency": CpuLog(), "s3": CpuLog()}
 
     def latency(_: ExitStack) -> dict[str, Run]:
@@ -524,6 +701,14 @@ def workloads(quick: bool) -> list[Workload]:
     def seaweedfs(_: ExitStack) -> dict[str, Run]:
         cases = seaweedfs_cases(s3.get(), logs["s3"])
         return {name: partial(case, duration) for name, case in cases.items()}
+
+    def mixing(names: tuple[str, ...]) -> Callable[[ExitStack], dict[str, Run]]:
+        def make(_: ExitStack) -> dict[str, Run]:
+            folder, shard_server = shards.get()
+            cases = mix_cases(folder, shard_server, shard_cpu)
+            return {name: partial(cases[name], duration) for name in names}
+
+        return make
 
     def cpu(log: str, names: list[str]) -> Callable[[ExitStack], dict[str, Run]]:
         def make(_: ExitStack) -> dict[str, Run]:
@@ -560,6 +745,23 @@ def workloads(quick: bool) -> list[Workload]:
             scale=1e6,
             lower_is_better=True,
         ),
+        Workload(
+            f"{SHARDS} tar shards of {SHARD_SAMPLES} x {SAMPLE_SIZE >> 10} KiB, local files, "
+            f"batch {BATCH}: one ShardDataset, a MixDataset of {MIX_PARTS}",
+            "samples/s",
+            mixing((MIX_ONE_FILES, MIX_FILES, MIX_GUARDED)),
+            baseline=MIX_ONE_FILES,
+            shared=(shards,),
+        ),
+        Workload(
+            f"{SHARDS} tar shards of {SHARD_SAMPLES} x {SAMPLE_SIZE >> 10} KiB, ObjectServer "
+            f"answering after {LATENCY * 1e3:.0f} ms, batch {BATCH}: one ShardDataset, a "
+            f"MixDataset of {MIX_PARTS}",
+            "samples/s",
+            mixing((MIX_ONE_HTTP, MIX_HTTP)),
+            baseline=MIX_ONE_HTTP,
+            shared=(shards,),
+        ),
     ]
 
 
@@ -569,12 +771,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
     parser.add_argument(
         "--only",
-        choices=["latency", "s3"],
+        choices=["latency", "s3", "mix"],
         action="append",
-        help="run only these measurements (repeatable; default: both)",
+        help="run only these measurements (repeatable; default: all three)",
     )
     args = parser.parse_args()
-    only = set(args.only or ["latency", "s3"])
+    only = set(args.only or ["latency", "s3", "mix"])
     repeat = args.repeat or (1 if args.quick else 5)
     duration = 0.5 if args.quick else 1.2
     torch_data = optional("torch.utils.data")
@@ -593,6 +795,9 @@ def main() -> None:
         sys.stdout.flush()
     if "s3" in only:
         seaweedfs_bound(repeat, duration, checks)
+        sys.stdout.flush()
+    if "mix" in only:
+        mix_bound(repeat, checks)
     print("\nSummary (medians; ratio = aioload / reference):\n")
     print("| measurement | unit | aioload | reference | ratio | target | result |")
     print("|---|---|---:|---:|---:|---|---|")

@@ -211,10 +211,14 @@ def test_invalid_retry_policy(kwargs: dict[str, Any], error: type[Exception], wo
         RetryPolicy(**kwargs)
 
 
-def test_policy_does_not_apply_to_iterable_datasets() -> None:
-    for kwargs in ({"retry": FAST}, {"item_timeout": 1.0}, {"on_error": "skip"}):
-        with pytest.raises(ValueError, match="map-style datasets only"):
+def test_policy_does_not_apply_to_iterable_datasets_that_cannot_skip() -> None:
+    # A plain generator ends at its first error: only a stream with guarded_stream can skip
+    # (tests/test_stream_faults.py).
+    for kwargs in ({"retry": FAST}, {"on_error": "skip"}):
+        with pytest.raises(ValueError, match=r"Stream cannot\. .*guarded_stream"):
             DataLoader(Stream(), batch_size=2, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="item_timeout applies to map-style datasets only"):
+        DataLoader(Stream(), batch_size=2, item_timeout=1.0)
 
 
 def test_fraction_needs_an_epoch_of_known_length() -> None:

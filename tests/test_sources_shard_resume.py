@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioload import DataLoader
-from aioload.sources import ShardDataset, ShardWriter, default_decode
+from aioload.sources import MixDataset, ShardDataset, ShardWriter, default_decode
 from aioload.sources.shard_state import ShardStateError
 
 SIZES = [9, 4, 13, 6, 11]  # samples per shard: 43 in all
@@ -54,7 +54,7 @@ def dataset(url: str, **options: Any) -> ShardDataset:
     return ShardDataset(url, decode=label, **options)
 
 
-def loader(data: ShardDataset, workers: int, in_order: bool = True) -> DataLoader[Any]:
+def loader(data: Any, workers: int, in_order: bool = True) -> DataLoader[Any]:
     return DataLoader(data, batch_size=3, num_workers=workers, in_order=in_order)
 
 
@@ -257,3 +257,18 @@ def test_a_sample_split_without_index_files_resumes_exactly(
     rest = flat(list(_resumed(dataset(url, **options), workers, True, state)))
     assert taken + rest == whole
     assert sorted(whole) == list(range(TOTAL))
+
+
+@pytest.mark.parametrize("stop", [1, 6, 20])
+def test_a_mix_of_shard_datasets_resumes_exactly(shards: str, stop: int) -> None:
+    def mix() -> MixDataset:
+        first = dataset(shards, shuffle_buffer=5, shards_in_flight=2, seed=3)
+        second = dataset(shards, split="samples", shuffle_shards=True, seed=4)
+        return MixDataset([first, second], [0.7, 0.3], seed=1, stop="longest")
+
+    full = flat(list(loader(mix(), 0)))
+    assert Counter(full) == Counter(2 * list(range(TOTAL)))  # every sample of both, once
+    taken, state = stop_after(loader(mix(), 0), stop)
+    resumed = loader(mix(), 0)
+    resumed.load_state_dict(state)
+    assert taken + flat(list(resumed)) == full

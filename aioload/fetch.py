@@ -33,6 +33,7 @@ from aioload.datasets import ChainDataset, Subset, _getitem_is_async
 from aioload.eager import Done, ItemPool
 from aioload.iterable_datasets import _is_iterable_dataset
 from aioload.policy import FaultPolicy, ItemTimeoutError, SkippedItem
+from aioload.row_block import RowBlock
 
 __all__ = ["DatasetProtocol", "Fetcher", "GuardedFetcher", "Skip", "inspect_dataset"]
 
@@ -140,7 +141,7 @@ class Fetcher:
     def fetch_sync(self, keys: Sequence[Any]) -> list[Any]:
         """The samples for ``keys`` from a sync map-style dataset."""
         if self._getitems is not None:
-            return list(self._getitems(keys))
+            return _as_list(self._getitems(keys))
         getitem = self._getitem
         return [getitem(key) for key in keys]  # type: ignore[misc]
 
@@ -156,11 +157,14 @@ class Fetcher:
             return
         result = self._getitems(keys)
         if not inspect.isawaitable(result):
+            if isinstance(result, RowBlock):  # read already: nothing to await in it
+                done(result, None)
+                return
             pool.submit(list(result), done)
             return
 
         def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
-            done(None if results is None else list(results[0]), error)
+            done(None if results is None else _as_list(results[0]), error)
 
         pool.submit([result], unwrap)
 
@@ -181,6 +185,12 @@ class Fetcher:
         if self.protocol.is_async:
             return aiter(self.dataset)
         return _async_from_sync(iter(self.dataset))
+
+
+def _as_list(samples: Any) -> Any:
+    """A ``__getitems__`` result as a list; a :class:`~aioload.row_block.RowBlock` stays one
+    (it collates by columns, see :mod:`aioload.row_block`)."""
+    return samples if isinstance(samples, RowBlock) else list(samples)
 
 
 async def _async_from_sync(iterator: Iterator[Any]) -> AsyncIterator[Any]:

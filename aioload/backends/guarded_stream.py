@@ -45,6 +45,9 @@ class GuardedStream:
         drop_last: drop the stream's last incomplete batch.
         collate: merges a batch's samples (or converts the one sample).
         state: the stream's state after a batch (a checkpoint's), or None.
+        open_stream: opens the stream under the guard (default:
+            ``dataset.guarded_stream``; a batch stream, see :mod:`aioload.row_block`,
+            with ``batch_size`` None: each of its items is a whole batch).
 
     Example::
 
@@ -65,6 +68,7 @@ class GuardedStream:
         drop_last: bool,
         collate: Callable[[Any], Any],
         state: Callable[[], Any],
+        open_stream: Callable[[StreamGuard], Any] | None = None,
     ) -> None:
         self.guard = StreamGuard(policy, worker)
         self._batched = batch_size is not None
@@ -81,7 +85,8 @@ class GuardedStream:
         self._async: AsyncIterator[Any] | None = None
         self._open_error: BaseException | None = None
         try:
-            stream = dataset.guarded_stream(self.guard)
+            opened = dataset.guarded_stream if open_stream is None else open_stream
+            stream = opened(self.guard)
             if protocol.is_async:
                 self._async = stream if hasattr(stream, "__anext__") else _async(iter(stream))
             elif hasattr(stream, "__anext__"):

@@ -44,9 +44,11 @@ from typing import Any
 from aioload.backends.base import Outcome
 from aioload.backends.guarded_stream import GuardedStream
 from aioload.eager import ItemPool
+from aioload.collate import default_collate
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
 from aioload.groups import reported
 from aioload.policy import FaultPolicy
+from aioload.row_block import batch_stream_of, rows_for_collate
 from aioload.source_stats import SourceCounts
 
 __all__ = ["BatchReader", "WorkerSetup"]
@@ -119,9 +121,23 @@ class BatchReader:
         self._dataset = setup.dataset
         self._fetcher = fetcher = Fetcher(setup.dataset, protocol)
         self._collate = collate if collate is not None else setup.collate_fn
+        if setup.collate_fn is not default_collate:
+            # A columnar batch (aioload.row_block) reaches the user's collate_fn as torch's
+            # list of samples; default_collate takes it by its columns.
+            self._collate = rows_for_collate(self._collate)
         self._single = not setup.auto_collation
         self._batch_size = setup.batch_size if setup.auto_collation else None
         self._drop_last = setup.drop_last
+        # A stream that cuts its own batches (aioload.row_block): one item, one batch.
+        batches = (
+            batch_stream_of(setup.dataset)
+            if protocol.iterable and protocol.is_async and self._batch_size is not None
+            else None
+        )
+        open_batches: Callable[[Any], Any] | None = None
+        if batches is not None:
+            open_batches = functools.partial(batches, self._batch_size, self._drop_last)
+            self._batch_size = None
         self._track = protocol.iterable and setup.track_stream_state
         self._retries = 0
         self._retries_lock = threading.Lock()
@@ -150,13 +166,16 @@ class BatchReader:
                 policy,
                 worker=worker,
                 batch_size=self._batch_size,
-                drop_last=self._drop_last,
+                drop_last=self._drop_last and open_batches is None,
                 collate=self._collate,
                 state=self._state,
+                open_stream=open_batches,
             )
         elif protocol.iterable:
             try:
-                if protocol.is_async:
+                if open_batches is not None:
+                    self._async_stream = open_batches(None)
+                elif protocol.is_async:
                     self._async_stream = fetcher.stream()
                 else:
                     self._sync_stream = fetcher.stream_sync()

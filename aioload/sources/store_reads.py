@@ -18,7 +18,7 @@ import obstore
 from aioload.source_stats import SourceCounter
 from aioload.sources.stores import StoreLocation, raise_translated
 
-__all__ = ["STREAM_CHUNK", "open_read"]
+__all__ = ["STREAM_CHUNK", "open_read", "read_bytes"]
 
 STREAM_CHUNK = 1 << 20  # bytes: the least obstore hands over at once while streaming
 
@@ -38,8 +38,9 @@ async def open_read(
         path: its path there.
         url: its URL for messages (redacted).
         counts: where the bytes received are counted.
-        byte_range: an offset (0: the whole object) or ``(first, end)``, bytes
-            ``first`` to ``end - 1``.
+        byte_range: an offset (0: the whole object; ``-n``: its last ``n`` bytes,
+            or all of it if it is shorter) or ``(first, end)``, bytes ``first`` to
+            ``end - 1``.
         chunk_size: the least bytes handed over at once.
 
     Example::
@@ -49,6 +50,8 @@ async def open_read(
     options: Any = None
     if isinstance(byte_range, tuple):
         options = {"range": byte_range}
+    elif byte_range < 0:
+        options = {"range": {"suffix": -byte_range}}
     elif byte_range:
         options = {"range": {"offset": byte_range}}
     try:
@@ -71,3 +74,21 @@ async def _received(
             raise_translated(error, url)
         counts.received(len(chunk))
         yield chunk
+
+
+async def read_bytes(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    counts: SourceCounter,
+    byte_range: int | tuple[int, int] = 0,
+) -> tuple[int, bytes]:
+    """The object's size and the bytes of ``byte_range`` (see :func:`open_read`), joined.
+
+    Example::
+
+        size, tail = await read_bytes(location, "part-0.parquet", url, counts, -65536)
+    """
+    size, chunks = await open_read(location, path, url, counts, byte_range)
+    parts = [chunk async for chunk in chunks]
+    return size, bytes(parts[0]) if len(parts) == 1 else b"".join(parts)

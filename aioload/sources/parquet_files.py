@@ -1,0 +1,273 @@
+"""The Parquet files of a dataset: where they are, their footers, their row groups, reads.
+
+:class:`ParquetFiles` is what :class:`~aioload.sources.ParquetDataset` and
+:class:`~aioload.sources.IterableParquetDataset` share:
+
+- the files: a list of URLs, a brace pattern (``part-{00..07}.parquet``) or a prefix ending
+  in ``/``, whose ``*.parquet`` objects are listed (in the store's order, sorted);
+- their footers (:mod:`aioload.sources.parquet_footer`), read once, several at a time,
+  checked, and kept — they travel to worker processes with the dataset when they were
+  loaded before the workers start (``len(dataset)``, or ``await dataset.load()``);
+- the requested columns, checked against every file (a missing column or one whose type
+  differs from the first file's is an error naming the file);
+- the row groups of all files, numbered in order (a *unit*: file 0's row groups, then
+  file 1's, ...), with their row counts;
+- :meth:`ParquetFiles.read` of one unit: its columns' chunks by ranged GETs (through the
+  local cache when there is one: each byte range is an entry), decoded.
+
+Example::
+
+    files = ParquetFiles("s3://bucket/table/", ["text", "label"], None, None, options)
+    await files.load()
+    table = await files.read(0)    # file 0, row group 0
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import pyarrow as pa
+
+from aioload.source_stats import SourceCounter
+from aioload.sources.cache import LocalCache, entry_identity
+from aioload.sources.objects import ObjectListing
+from aioload.sources.parquet_footer import (
+    Footer,
+    ParquetFormatError,
+    parse_footer,
+    read_footer_bytes,
+)
+from aioload.sources.parquet_read import leaf_columns, read_row_group
+from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order, run_blocking
+from aioload.sources.shards import expand_urls
+from aioload.sources.store_reads import read_bytes
+from aioload.sources.stores import StoreLocation
+from aioload.urls import redact_url
+
+__all__ = ["PARQUET_SUFFIXES", "ParquetFiles", "check_columns"]
+
+PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
+"""What a listed object's name ends with to be read as one of a prefix's Parquet files."""
+
+
+def check_columns(columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` as a list, checked: None (all) or distinct names."""
+    if columns is None:
+        return None
+    if isinstance(columns, str) or not all(isinstance(name, str) for name in columns):
+        raise TypeError(f"columns should be a list of column names (str); got {columns!r}")
+    names = list(columns)
+    if not names:
+        raise ValueError("columns is empty: pass None for every column, or name some")
+    if len(set(names)) != len(names):
+        raise ValueError(f"columns names a column twice: {names!r}")
+    return names
+
+
+class ParquetFiles:
+    """The files, footers and row groups of a Parquet dataset (see the module docstring).
+
+    Args:
+        urls_or_prefix: file URLs, one URL with a brace pattern, or a prefix ending in ``/``.
+        columns: the columns to read (None: all), in this order.
+        cache_dir: a local cache folder for the bytes read (None: none).
+        cache_limit: its size limit.
+        store_options: options of :func:`~aioload.sources.open_store`.
+    """
+
+    def __init__(
+        self,
+        urls_or_prefix: str | Sequence[str],
+        columns: Sequence[str] | None,
+        cache_dir: str | os.PathLike[str] | None,
+        cache_limit: int | str | None,
+        store_options: Mapping[str, Any],
+    ) -> None:
+        self.columns = check_columns(columns)
+        if cache_dir is None and cache_limit is not None:
+            raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
+        self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
+        self._options = dict(store_options)
+        self.counts = SourceCounter()  # bytes from the store, cache hits: counted where read
+        self._locations: dict[str, StoreLocation] = {}
+        self.prefix: str | None = None
+        self._urls: list[str] | None = None
+        if isinstance(urls_or_prefix, str) and urls_or_prefix.endswith("/"):
+            self.prefix = urls_or_prefix
+            self._location_of(urls_or_prefix)  # a bad URL or option fails now
+        else:
+            urls = expand_urls(urls_or_prefix)
+            if not urls:
+                raise ValueError("a Parquet dataset needs at least one file URL (or a prefix/)")
+            for url in urls:
+                self._location_of(url)
+            self._urls = urls
+        self._footers: list[Footer] | None = None
+        self._leaves: list[list[int]] = []
+        self.schema: pa.Schema | None = None
+        self.units: list[tuple[int, int]] = []  # (file, row group) of every unit
+        self.unit_rows = np.zeros(0, dtype=np.int64)
+        self.unit_starts = np.zeros(1, dtype=np.int64)  # a unit's first global row; then total
+
+    def _location_of(self, url: str) -> tuple[StoreLocation, str]:
+        parts = urlsplit(url)
+        root = f"{parts.scheme}://{parts.netloc}/"
+        location = self._locations.get(root)
+        if location is None:
+            location = self._locations[root] = StoreLocation(root, self._options)
+        return location, parts.path.lstrip("/")
+
+    @property
+    def urls(self) -> list[str]:
+        """The files' URLs (a prefix's, once listed: see :meth:`load`)."""
+        if self._urls is None:
+            raise RuntimeError(
+                f"the files under {redact_url(self.prefix or '')} are not listed yet"
+            )
+        return self._urls
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the footers are read."""
+        return self._footers is not None
+
+    def load_blocking(self) -> ParquetFiles:
+        """:meth:`load`, from sync code (on a helper thread where a loop runs); returns self."""
+        if self._footers is None:
+            run_blocking(self.load)
+        return self
+
+    async def load(self) -> None:
+        """Lists a prefix's files and reads every footer, once; checks the columns."""
+        if self._footers is not None:
+            return
+        if self._urls is None:
+            self._urls = await self._list()
+        footers = await in_order(
+            [functools.partial(self._read_footer, i) for i in range(len(self._urls))],
+            INDEX_CONCURRENCY,
+        )
+        self._check_schemas(footers)
+        units = [(f, g) for f, footer in enumerate(footers) for g in range(len(footer.row_counts))]
+        rows = np.array([footers[f].row_counts[g] for f, g in units], dtype=np.int64)
+        self.units, self.unit_rows = units, rows
+        self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        self._footers = footers
+
+    async def _list(self) -> list[str]:
+        assert self.prefix is not None
+        location, path = self._location_of(self.prefix)
+        keys = await ObjectListing(location, path, 1000).collect()
+        root = self.prefix[: len(self.prefix) - len(path)] if path else self.prefix
+        urls = sorted(root + key for key in keys if key.lower().endswith(PARQUET_SUFFIXES))
+        if not urls:
+            raise FileNotFoundError(
+                f"no Parquet file (a name ending in {', '.join(PARQUET_SUFFIXES)}) under "
+                f"{redact_url(self.prefix)}"
+            )
+        return urls
+
+    def _check_schemas(self, footers: list[Footer]) -> None:
+        urls = self.urls
+        first = footers[0].schema
+        names = self.columns if self.columns is not None else list(first.names)
+        self._leaves = [
+            leaf_columns(footer, names, redact_url(url))
+            for url, footer in zip(urls, footers, strict=True)
+        ]
+        for url, footer in zip(urls[1:], footers[1:], strict=False):
+            for name in names:
+                field, expected = footer.schema.field(name), first.field(name)
+                if not field.type.equals(expected.type):
+                    raise ParquetFormatError(
+                        f"{redact_url(url)}: column {name!r} is {field.type}, but "
+                        f"{redact_url(urls[0])} has it as {expected.type}: the files disagree"
+                    )
+            if self.columns is None and list(footer.schema.names) != names:
+                raise ParquetFormatError(
+                    f"{redact_url(url)} has columns {footer.schema.names}, but "
+                    f"{redact_url(urls[0])} has {names}: pass columns= to read the ones "
+                    "they share"
+                )
+        self.schema = pa.schema([first.field(name) for name in names])
+
+    @property
+    def footers(self) -> list[Footer]:
+        """Every file's footer (loads them first)."""
+        self.load_blocking()
+        assert self._footers is not None
+        return self._footers
+
+    @property
+    def num_rows(self) -> int:
+        """The rows of all files (loads the footers first)."""
+        self.load_blocking()
+        return int(self.unit_starts[-1])
+
+    def describe(self, unit: int) -> str:
+        """``"<file URL>, row group <n>"`` for messages."""
+        file, group = self.units[unit]
+        return f"{redact_url(self.urls[file])}, row group {group}"
+
+    def file_url(self, unit: int) -> str:
+        """The (redacted) URL of the file unit ``unit`` is in."""
+        return redact_url(self.urls[self.units[unit][0]])
+
+    async def read(self, unit: int) -> pa.Table:
+        """Unit ``unit``'s requested columns, as an Arrow table (see the module docstring)."""
+        await self.load()
+        assert self._footers is not None
+        file, group = self.units[unit]
+        url = redact_url(self.urls[file])
+        read = functools.partial(self._read_range, file)
+        return await read_row_group(self._footers[file], url, group, self.columns, read)
+
+    async def _read_range(self, file: int, first: int, end: int) -> bytes:
+        _, data = await self._read_bytes(file, (first, end))
+        return data
+
+    async def _read_bytes(self, file: int, byte_range: int | tuple[int, int]) -> tuple[int, bytes]:
+        counts = self.counts
+        url = self.urls[file]
+        location, path = self._location_of(url)
+        shown = redact_url(url)
+        cache = self.cache
+        if cache is None:
+            return await read_bytes(location, path, shown, counts, byte_range)
+        # The file's size is kept with each entry: a suffix read needs it back.
+        identity = f"{entry_identity(shown, location.store)} [{byte_range}]"
+        name = path.rpartition("/")[2]
+
+        async def fetch() -> bytes:
+            size, data = await read_bytes(location, path, shown, counts, byte_range)
+            return size.to_bytes(8, "little") + data
+
+        kept = await cache.read(identity, name, fetch, counts)
+        return int.from_bytes(kept[:8], "little"), kept[8:]
+
+    async def _read_footer(self, file: int) -> Footer:
+        url = redact_url(self.urls[file])
+        read = functools.partial(self._read_bytes, file)
+        size, tail = await read_footer_bytes(read, url)
+        return parse_footer(size, tail, url)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pyarrow's metadata objects travel as the footer bytes they were parsed from.
+        state = dict(self.__dict__)
+        if self._footers is not None:
+            state["_footers"] = [(f.size, f.tail) for f in self._footers]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        footers = state["_footers"]
+        self.__dict__.update(state)
+        if footers is not None:
+            self._footers = [
+                parse_footer(size, tail, redact_url(url))
+                for (size, tail), url in zip(footers, state["_urls"], strict=True)
+            ]

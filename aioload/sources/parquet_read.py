@@ -1,0 +1,163 @@
+"""Reading some columns of one row group: ranged GETs of their chunks, decoded by pyarrow.
+
+:func:`read_row_group` asks the store only for the column chunks of the requested
+columns (neighbours closer than :data:`COALESCE_GAP` in one request, several requests in
+flight), and hands them to pyarrow's Parquet reader through :class:`_Fetched`, a file
+object that holds only the bytes fetched: a read anywhere else is an error naming the file
+and row group (the footer did not describe the file), never bytes made up. pyarrow
+decodes in a thread, so the event loop goes on while it does.
+
+Example::
+
+    table = await read_row_group(footer, url, 3, ["text", "label"], fetch)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aioload.sources.parquet_footer import Footer, ParquetFormatError
+
+__all__ = ["COALESCE_GAP", "leaf_columns", "plan_ranges", "read_row_group"]
+
+COALESCE_GAP = 256 << 10
+"""Column chunks closer than this are fetched with one request (the bytes between too)."""
+
+_OLD_WRITER_PAD = 100  # pyarrow reads this past a chunk for files of old parquet-mr writers
+
+Fetch = Callable[[int, int], Awaitable[bytes]]
+"""Reads bytes ``first`` to ``end - 1`` of the file."""
+
+
+def leaf_columns(footer: Footer, columns: Sequence[str] | None, url: str) -> list[int]:
+    """The leaf column numbers (in the file) that make up the top-level ``columns``.
+
+    Raises:
+        KeyError: a column the file does not have (the message lists those it has).
+    """
+    metadata = footer.metadata
+    if columns is None:
+        return list(range(metadata.num_columns))
+    by_name: dict[str, list[int]] = {}
+    for leaf in range(metadata.num_columns):
+        top = metadata.schema.column(leaf).path.split(".", 1)[0]
+        by_name.setdefault(top, []).append(leaf)
+    leaves = []
+    for name in columns:
+        if name not in by_name:
+            raise KeyError(
+                f"{url} has no column {name!r}; its columns are {', '.join(footer.schema.names)}"
+            )
+        leaves += by_name[name]
+    return sorted(leaves)
+
+
+def plan_ranges(footer: Footer, row_group: int, leaves: list[int]) -> list[tuple[int, int]]:
+    """The byte ranges to fetch for ``leaves`` of ``row_group``: chunks, merged when close."""
+    data_end = footer.size - len(footer.tail)
+    ranges: list[tuple[int, int]] = []
+    for chunk in sorted(footer.chunks(row_group, leaves), key=lambda chunk: chunk.first):
+        first, end = chunk.first, min(chunk.end + _OLD_WRITER_PAD, data_end)
+        if ranges and first - ranges[-1][1] <= COALESCE_GAP:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
+        else:
+            ranges.append((first, end))
+    return ranges
+
+
+async def read_row_group(
+    footer: Footer, url: str, row_group: int, columns: Sequence[str] | None, fetch: Fetch
+) -> pa.Table:
+    """The ``columns`` (all: None) of row group ``row_group``, as an Arrow table.
+
+    Raises:
+        ParquetFormatError: the chunks are not where the footer says.
+        pyarrow.ArrowException (its own type), OSError: pyarrow cannot decode them; a
+            note names the file and row group.
+    """
+    leaves = leaf_columns(footer, columns, url)
+    ranges = plan_ranges(footer, row_group, leaves)
+    parts = await asyncio.gather(*(fetch(first, end) for first, end in ranges))
+    fetched = _Fetched(footer, list(zip((first for first, _ in ranges), parts, strict=True)))
+    where = f"{url}, row group {row_group}"
+    return await asyncio.to_thread(_decode, fetched, footer, row_group, columns, where)
+
+
+def _decode(
+    fetched: _Fetched,
+    footer: Footer,
+    row_group: int,
+    columns: Sequence[str] | None,
+    where: str,
+) -> pa.Table:
+    try:
+        reader = pq.ParquetFile(fetched, metadata=footer.metadata, pre_buffer=False)
+        table = reader.read_row_group(row_group, columns=None if columns is None else list(columns))
+    except _Outside as error:
+        raise ParquetFormatError(
+            f"{where}: pyarrow read bytes {error.first} to {error.end}, which are not where "
+            "the footer puts the row group's column chunks: the footer does not describe the "
+            "file"
+        ) from None
+    except (pa.ArrowException, OSError) as error:
+        error.add_note(f"reading {where}")
+        raise
+    if table.num_rows != footer.row_counts[row_group]:
+        raise ParquetFormatError(
+            f"{where}: it decoded to {table.num_rows} rows, the footer says "
+            f"{footer.row_counts[row_group]}"
+        )
+    return table if columns is None else table.select(list(columns))
+
+
+class _Outside(OSError):
+    def __init__(self, first: int, end: int) -> None:
+        super().__init__(f"bytes {first} to {end} were not fetched")
+        self.first, self.end = first, end
+
+
+class _Fetched:
+    """A read-only file of ``footer.size`` bytes of which only ``parts`` (and the footer) are
+    known: pyarrow reads the column chunks from them."""
+
+    def __init__(self, footer: Footer, parts: list[tuple[int, bytes]]) -> None:
+        self._size = footer.size
+        self._parts = [*parts, (footer.size - len(footer.tail), footer.tail)]
+        self._position = 0
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        first = self._position
+        end = self._size if size < 0 else min(first + size, self._size)
+        for start, data in self._parts:
+            if start <= first and end <= start + len(data):
+                self._position = end
+                return data[first - start : end - start]
+        raise _Outside(first, end)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._position, self._size)[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def size(self) -> int:
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True

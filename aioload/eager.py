@@ -44,7 +44,7 @@ from aioload.groups import reported
 
 __all__ = ["ItemPool"]
 
-Done = Callable[[list[Any] | None, BaseException | None], None]
+Done = Callable[[Sequence[Any] | None, BaseException | None], None]
 
 
 @types.coroutine

@@ -138,7 +138,7 @@ class Fetcher:
         """One sample of a sync map-style dataset."""
         return self._getitem(key)  # type: ignore[misc]
 
-    def fetch_sync(self, keys: Sequence[Any]) -> list[Any]:
+    def fetch_sync(self, keys: Sequence[Any]) -> Sequence[Any]:
         """The samples for ``keys`` from a sync map-style dataset."""
         if self._getitems is not None:
             return _as_list(self._getitems(keys))
@@ -163,7 +163,7 @@ class Fetcher:
             pool.submit(list(result), done)
             return
 
-        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+        def unwrap(results: Sequence[Any] | None, error: BaseException | None) -> None:
             done(None if results is None else _as_list(results[0]), error)
 
         pool.submit([result], unwrap)
@@ -171,7 +171,7 @@ class Fetcher:
     def fetch_one(self, key: Any, pool: ItemPool, done: Done) -> None:
         """Reads one sample (automatic batching off); ``done(sample, error)``."""
 
-        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+        def unwrap(results: Sequence[Any] | None, error: BaseException | None) -> None:
             done(None if results is None else results[0], error)
 
         pool.submit([self._getitem(key)], unwrap)  # type: ignore[misc]
@@ -187,7 +187,7 @@ class Fetcher:
         return _async_from_sync(iter(self.dataset))
 
 
-def _as_list(samples: Any) -> Any:
+def _as_list(samples: Any) -> Sequence[Any]:
     """A ``__getitems__`` result as a list; a :class:`~aioload.row_block.RowBlock` stays one
     (it collates by columns, see :mod:`aioload.row_block`)."""
     return samples if isinstance(samples, RowBlock) else list(samples)
@@ -306,7 +306,7 @@ class GuardedFetcher:
             return value
         return self._give_up(key, error, attempts)
 
-    def fetch_sync(self, keys: Sequence[Any]) -> list[Any]:
+    def fetch_sync(self, keys: Sequence[Any]) -> Sequence[Any]:
         """The samples for ``keys`` of a sync map-style dataset (:class:`Skip` if dropped)."""
         if self._getitems is None:
             one = self.fetch_one_sync
@@ -326,7 +326,7 @@ class GuardedFetcher:
             pool.submit([item(key) for key in keys], done)
             return
 
-        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+        def unwrap(results: Sequence[Any] | None, error: BaseException | None) -> None:
             done(None if results is None else results[0], error)
 
         pool.submit([self._batch(keys)], unwrap)
@@ -334,7 +334,7 @@ class GuardedFetcher:
     def fetch_one(self, key: Any, pool: ItemPool, done: Done) -> None:
         """Reads one sample (automatic batching off); ``done(sample or Skip, error)``."""
 
-        def unwrap(results: list[Any] | None, error: BaseException | None) -> None:
+        def unwrap(results: Sequence[Any] | None, error: BaseException | None) -> None:
             done(None if results is None else results[0], error)
 
         pool.submit([self._item(key)], unwrap)

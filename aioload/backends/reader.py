@@ -43,8 +43,8 @@ from typing import Any
 
 from aioload.backends.base import Outcome
 from aioload.backends.guarded_stream import GuardedStream
-from aioload.eager import ItemPool
 from aioload.collate import default_collate
+from aioload.eager import ItemPool
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
 from aioload.groups import reported
 from aioload.policy import FaultPolicy
@@ -215,6 +215,7 @@ class BatchReader:
                 if self._single:
                     return Outcome(seq, self._collate(self._fetcher.fetch_one_sync(keys)))
                 return Outcome(seq, self._collate(self._fetcher.fetch_sync(_sequence(keys))))
+            results: Sequence[Any]
             if self._single:
                 results = [guard.fetch_one_sync(keys)]
             else:
@@ -257,7 +258,7 @@ class BatchReader:
         except BaseException as error:  # __getitem__ raised before returning a coroutine
             done(self._failed(seq, error))
 
-    def _kept(self, seq: int, results: list[Any]) -> Outcome:
+    def _kept(self, seq: int, results: Sequence[Any]) -> Outcome:
         """Collates the samples the fault policy did not skip."""
         retries = self._take_retries()
         skipped = tuple(result.record for result in results if type(result) is Skip)

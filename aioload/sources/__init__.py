@@ -16,6 +16,12 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
                           cache_dir="/scratch/cache", cache_limit="50GB", **credentials)
     loader = DataLoader(shards, batch_size=32, num_workers=2)
 
+    # Parquet rows: map-style by global row (any sampler), or streamed by row group
+    # (pip install 'aioload-data[parquet]')
+    table = ParquetDataset("s3://bucket/table/", columns=["text", "label"], **credentials)
+    loader = DataLoader(table, batch_size=256, shuffle=True, num_workers=2)
+    stream = IterableParquetDataset("s3://bucket/table/", shuffle_buffer=10_000, **credentials)
+
     # several streams mixed by weight, reproducibly (seed, epoch, worker)
     mix = MixDataset([shards, other_shards], [0.8, 0.2], seed=0, stop="never")
 
@@ -50,18 +56,34 @@ from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_stor
 from aioload.sources.writer import ShardWriter
 
 if TYPE_CHECKING:
+    from aioload.sources.arrow_rows import ArrowRows
+    from aioload.sources.parquet import ParquetDataset
+    from aioload.sources.parquet_footer import ParquetFormatError
+    from aioload.sources.parquet_iterable import IterableParquetDataset
     from aioload.sources.seaweedfs import SeaweedFS
     from aioload.sources.server import ObjectServer
 
+# Parquet needs pyarrow (the parquet extra): its names are imported on first use.
+_PARQUET = {
+    "ArrowRows": "aioload.sources.arrow_rows",
+    "IterableParquetDataset": "aioload.sources.parquet_iterable",
+    "ParquetDataset": "aioload.sources.parquet",
+    "ParquetFormatError": "aioload.sources.parquet_footer",
+}
+
 __all__ = [
     "DEFAULT_RETRY_CONFIG",
+    "ArrowRows",
     "DecodeError",
     "Decoder",
+    "IterableParquetDataset",
     "LocalCache",
     "MixDataset",
     "ObjectDataset",
     "ObjectListing",
     "ObjectServer",
+    "ParquetDataset",
+    "ParquetFormatError",
     "SeaweedFS",
     "Segment",
     "ShardDataset",
@@ -91,6 +113,16 @@ def __getattr__(name: str) -> Any:
         from aioload.sources.server import ObjectServer
 
         return ObjectServer
+    if name in _PARQUET:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError as error:
+            raise ImportError(
+                f"aioload.sources.{name} needs pyarrow: pip install 'aioload-data[parquet]'"
+            ) from error
+        import importlib
+
+        return getattr(importlib.import_module(_PARQUET[name]), name)
     if name == "SeaweedFS":
         from aioload.sources.seaweedfs import SeaweedFS
 

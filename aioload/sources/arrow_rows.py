@@ -68,16 +68,17 @@ def _is_list(kind: pa.DataType) -> bool:
 
 
 def _as_numpy(array: pa.Array) -> np.ndarray[Any, Any]:
+    values: np.ndarray[Any, Any] = array.to_numpy(zero_copy_only=False)
     if array.null_count and _is_number(array.type):
-        return array.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    return array.to_numpy(zero_copy_only=False)
+        return values.astype(np.float64, copy=False)
+    return values
 
 
 def column_rows(array: pa.Array) -> Sequence[Any]:
     """The values of ``array`` as rows hold them (see the module docstring)."""
     kind = array.type
     if _is_plain(kind) and (not array.null_count or _is_number(kind)):
-        return _as_numpy(array)
+        return _as_numpy(array)  # type: ignore[return-value]  # a sequence of scalars
     if _is_list(kind) and _is_plain(kind.value_type):
         values = array.flatten()
         if values.null_count and not _is_number(values.type):

@@ -39,6 +39,8 @@ from aioload.urls import redact_url
 
 __all__ = ["ParquetDataset"]
 
+Rows = np.ndarray[Any, Any]
+
 DEFAULT_ROW_GROUP_CACHE = 256 << 20
 """Bytes of decoded row groups a ParquetDataset keeps per process, by default."""
 
@@ -142,7 +144,9 @@ class ParquetDataset(Dataset[Any]):
             raise IndexError(f"row {index} is out of range: the dataset has {total} rows")
         return position
 
-    def _locate(self, rows: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    def _locate(
+        self, rows: np.ndarray[Any, Any]
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         starts = self.files.unit_starts
         units = np.searchsorted(starts, rows, side="right") - 1
         return units, rows - starts[units]

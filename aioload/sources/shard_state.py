@@ -44,6 +44,7 @@ __all__ = [
     "Run",
     "ShardStateError",
     "StreamState",
+    "check_rng",
     "check_state",
     "fresh_state",
     "resplit",
@@ -129,7 +130,8 @@ def _count(value: Any, name: str, low: int = 0) -> int:
     return int(value)
 
 
-def _rng(value: Any) -> dict[str, Any] | None:
+def check_rng(value: Any) -> dict[str, Any] | None:
+    """A PCG64 generator state from a checkpoint, checked by numpy itself (None: none)."""
     if value is None:
         return None
     if not isinstance(value, Mapping) or value.get("bit_generator") != "PCG64":
@@ -197,7 +199,7 @@ def check_state(state: Any, *, shards: int) -> StreamState:
     draining = state.get("draining")
     if not isinstance(draining, bool):
         _fail(f"'draining' should be a bool; got {draining!r:.40}")
-    return StreamState(epoch, dict(layout), runs, buffer, draining, _rng(state.get("rng")))
+    return StreamState(epoch, dict(layout), runs, buffer, draining, check_rng(state.get("rng")))
 
 
 def _sample_run(ref: Ref) -> Run:

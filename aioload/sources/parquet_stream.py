@@ -1,0 +1,271 @@
+"""One worker's stream of Parquet rows, by columns: read-ahead, a row shuffle buffer, state.
+
+:class:`RowStream` reads a list of row ranges (:class:`~aioload.sources.rank_split.Segment`:
+rows ``start`` to ``stop - 1`` of one unit, a row group), ``in_flight`` row groups read
+at once ahead of the consumer, and hands out rows in pieces of any size
+(:meth:`RowStream.take`) — a whole batch at once, as Arrow tables, without one Python
+object per row on the way.
+
+The shuffle buffer holds up to ``shuffle`` rows, as one table. Each piece read joins it;
+when it holds more than ``shuffle`` rows, the surplus leaves it, drawn at random (a
+uniform choice of which rows, in a random order, from the generator): the same rows
+and order as long as the generator's state is the same. At the end of the input it is
+emptied in a random order. Memory stays bounded: ``shuffle`` rows, plus ``in_flight``
+row groups and one piece.
+
+Whenever the stream is between two :meth:`~RowStream.take` calls, :meth:`RowStream.state`
+says what is left (see :mod:`aioload.sources.parquet_state`), and a stream made from that
+state (the buffer's and ready rows read again) continues exactly.
+
+Under the loader's fault policy a row range that cannot be read (retried first, as the
+policy says) is skipped: :meth:`~RowStream.take` returns the skip marker the guard gives,
+and the stream goes on with the next range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from aioload.sources.parquet_state import RowsState, runs_of
+from aioload.sources.rank_split import Segment
+from aioload.stream_faults import StreamGuard
+
+__all__ = ["Piece", "RowStream", "join", "read_rows"]
+
+ReadUnit = Callable[[int], Awaitable[pa.Table]]
+
+
+class Piece:
+    """Rows of a stream: their table, and ``refs``, an ``(n, 2)`` array of unit, row."""
+
+    __slots__ = ("refs", "table")
+
+    def __init__(self, table: pa.Table, refs: np.ndarray[Any, Any]) -> None:
+        self.table = table
+        self.refs = refs
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def cut(self, count: int) -> tuple[Piece, Piece]:
+        """The first ``count`` rows, and the rest."""
+        return (
+            Piece(self.table.slice(0, count), self.refs[:count]),
+            Piece(self.table.slice(count), self.refs[count:]),
+        )
+
+    def take(self, positions: np.ndarray[Any, Any]) -> Piece:
+        """The rows at ``positions``, in that order."""
+        return Piece(self.table.take(pa.array(positions)), self.refs[positions])
+
+
+def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
+    """One piece of ``pieces``' rows, in order."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if not pieces:
+        return Piece(schema.empty_table(), np.zeros((0, 2), dtype=np.int64))
+    table = pa.concat_tables([piece.table for piece in pieces])
+    return Piece(table, np.concatenate([piece.refs for piece in pieces]))
+
+
+class RowStream:
+    """The rows of ``runs``, read ``in_flight`` row groups ahead, through a shuffle buffer.
+
+    Args:
+        runs: the row ranges to read, in order.
+        read: reads one unit's table (every requested column, all its rows).
+        schema: the tables' schema (for empty pieces).
+        in_flight: row groups read at once.
+        shuffle: the shuffle buffer's rows (0 or 1: no shuffle).
+        rng: the shuffle buffer's generator.
+        describe: ``"<file>, row group <n>"`` of a unit, for skip records.
+        guard: the loader's fault policy (None: errors raise).
+        buffer: rows already in the buffer (a resumed stream), in slot order.
+        ready: rows out of the buffer not yet delivered (a resumed stream).
+        draining: the input was spent: ``buffer`` is being emptied.
+
+    Example::
+
+        stream = RowStream(runs, files.read, files.schema, 2, 10_000, rng, files.describe)
+        piece = await stream.take(256)    # a Piece, a skip marker, or None at the end
+        stream.state(epoch, layout)       # what is left
+        await stream.aclose()
+    """
+
+    def __init__(
+        self,
+        runs: Sequence[Segment],
+        read: ReadUnit,
+        schema: pa.Schema,
+        in_flight: int,
+        shuffle: int,
+        rng: np.random.Generator,
+        describe: Callable[[int], str],
+        guard: StreamGuard | None = None,
+        buffer: Piece | None = None,
+        ready: Piece | None = None,
+        draining: bool = False,
+    ) -> None:
+        self._pending: deque[Segment] = deque(run for run in runs if len(run))
+        self._read = read
+        self._schema = schema
+        self._in_flight = in_flight
+        self._shuffle = shuffle if shuffle > 1 else 0
+        self._rng = rng
+        self._describe = describe
+        self._guard = guard
+        self._reading: deque[tuple[Segment, asyncio.Task[pa.Table]]] = deque()
+        empty = join([], schema)
+        self._buffer = buffer if buffer is not None else empty
+        self._ready: deque[Piece] = deque([ready] if ready is not None and len(ready) else [])
+        self._ready_rows = sum(len(piece) for piece in self._ready)
+        self._draining = draining
+
+    def state(self, epoch: int, layout: dict[str, Any]) -> RowsState:
+        """What is left, between two :meth:`take` calls."""
+        runs = [segment for segment, _ in self._reading] + list(self._pending)
+        ready = [Segment(*run) for piece in self._ready for run in runs_of(piece.refs)]
+        buffer = [Segment(*run) for run in runs_of(self._buffer.refs)]
+        rng = dict(self._rng.bit_generator.state) if self._shuffle else None
+        return RowsState(epoch, layout, runs, buffer, ready, rng, self._draining)
+
+    async def take(self, count: int) -> Piece | Any | None:
+        """Up to ``count`` rows (fewer only at the end); a skip marker; None: the end."""
+        while self._ready_rows < count:
+            filled = await self._fill()
+            if filled is False:
+                break
+            if filled is not True:
+                return filled  # a skip marker: the range it names is dropped
+        if not self._ready_rows:
+            return None
+        taken: list[Piece] = []
+        wanted = count
+        while wanted and self._ready:
+            piece = self._ready.popleft()
+            if len(piece) > wanted:
+                piece, rest = piece.cut(wanted)
+                self._ready.appendleft(rest)
+            taken.append(piece)
+            wanted -= len(piece)
+        got = count - wanted
+        self._ready_rows -= got
+        return join(taken, self._schema)
+
+    async def _fill(self) -> bool | Any:
+        """Moves rows towards ``ready``: True; False at the end; or a skip marker."""
+        if self._draining:
+            return self._drain()
+        piece = await self._next_input()
+        if piece is None:
+            if self._shuffle:
+                self._draining = True
+                return self._drain()
+            return False
+        if not isinstance(piece, Piece):
+            return piece
+        if not self._shuffle:
+            self._add_ready(piece)
+            return True
+        buffer = join([self._buffer, piece], self._schema)
+        surplus = len(buffer) - self._shuffle
+        if surplus <= 0:
+            self._buffer = buffer
+            return True
+        chosen = self._rng.permutation(len(buffer))[:surplus]
+        keep = np.ones(len(buffer), dtype=bool)
+        keep[chosen] = False
+        self._add_ready(buffer.take(chosen))
+        self._buffer = buffer.take(np.flatnonzero(keep))
+        return True
+
+    def _drain(self) -> bool:
+        buffer = self._buffer
+        if not len(buffer):
+            return False
+        self._add_ready(buffer.take(self._rng.permutation(len(buffer))))
+        self._buffer = join([], self._schema)
+        return True
+
+    def _add_ready(self, piece: Piece) -> None:
+        if len(piece):
+            self._ready.append(piece)
+            self._ready_rows += len(piece)
+
+    def _top_up(self) -> None:
+        while len(self._reading) < self._in_flight and self._pending:
+            segment = self._pending.popleft()
+            task = asyncio.ensure_future(self._read_unit(segment.shard))
+            self._reading.append((segment, task))
+
+    async def _read_unit(self, unit: int) -> pa.Table:
+        guard = self._guard
+        if guard is None:
+            return await self._read(unit)
+        table: pa.Table = await guard.retry(self._read, unit)
+        return table
+
+    async def _next_input(self) -> Piece | Any | None:
+        """The next row range's rows; a skip marker for one that cannot be read; None."""
+        self._top_up()
+        if not self._reading:
+            return None
+        segment, task = self._reading[0]
+        try:
+            table = await asyncio.shield(task)  # a cancelled take leaves the read to aclose
+        except Exception as error:
+            self._reading.popleft()
+            self._top_up()
+            if self._guard is None:
+                raise
+            where = self._describe(segment.shard)
+            return self._guard.skip(
+                where, error, where=f"{where}, rows {segment.start} to {segment.stop - 1}"
+            )
+        self._reading.popleft()
+        self._top_up()
+        rows = np.arange(segment.start, segment.stop)
+        refs = np.stack([np.full(len(rows), segment.shard), rows], axis=1).astype(np.int64)
+        return Piece(table.slice(segment.start, len(segment)), refs)
+
+    async def aclose(self) -> None:
+        """Cancels the reads ahead and waits for them to end."""
+        tasks = [task for _, task in self._reading]
+        self._reading.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except BaseException:
+                pass
+
+
+async def read_rows(
+    refs: np.ndarray[Any, Any], read: ReadUnit, schema: pa.Schema, in_flight: int
+) -> Piece:
+    """The rows ``refs`` names, read again (each unit once), in ``refs``' order."""
+    if not len(refs):
+        return join([], schema)
+    units = np.unique(refs[:, 0])
+    semaphore = asyncio.Semaphore(in_flight)
+
+    async def one(unit: int) -> pa.Table:
+        async with semaphore:
+            return await read(unit)
+
+    tables = await asyncio.gather(*(one(int(unit)) for unit in units))
+    pieces, placed = [], []
+    for unit, table in zip(units, tables, strict=True):
+        positions = np.flatnonzero(refs[:, 0] == unit)
+        pieces.append(Piece(table.take(pa.array(refs[positions, 1])), refs[positions]))
+        placed.append(positions)
+    joined = join(pieces, schema)
+    return joined.take(np.argsort(np.concatenate(placed), kind="stable"))

@@ -68,6 +68,12 @@ def _is_list(kind: pa.DataType) -> bool:
 
 
 def _as_numpy(array: pa.Array) -> np.ndarray[Any, Any]:
+    kind = array.type
+    if not array.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        # Arrow's own buffer, viewed: what to_numpy gives, at a tenth of its cost.
+        dtype = np.dtype(kind.to_pandas_dtype())
+        data = array.buffers()[1]
+        return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
     values: np.ndarray[Any, Any] = array.to_numpy(zero_copy_only=False)
     if array.null_count and _is_number(array.type):
         return values.astype(np.float64, copy=False)
@@ -94,12 +100,17 @@ def column_rows(array: pa.Array) -> Sequence[Any]:
     return array.to_pylist()  # type: ignore[no-any-return]
 
 
-def _column_batch(array: pa.Array) -> Any:
-    kind = array.type
-    if _is_plain(kind) and (not array.null_count or _is_number(kind)):
-        return np.array(_as_numpy(array))  # a fresh, writable array, as default_collate's
-    rows = column_rows(array)
-    return default_collate(rows)
+def _column_batch(column: pa.ChunkedArray) -> Any:
+    kind = column.type
+    if _is_plain(kind) and (not column.null_count or _is_number(kind)):
+        # A fresh, writable array, as default_collate's: one copy out of Arrow's buffers.
+        parts = [_as_numpy(chunk) for chunk in column.chunks]
+        if len(parts) == 1:
+            return np.array(parts[0])
+        if not parts:
+            return np.zeros(0, dtype=column.type.to_pandas_dtype())
+        return np.concatenate(parts)
+    return default_collate(column_rows(column.combine_chunks()))
 
 
 class ArrowRows(RowBlock):
@@ -156,9 +167,10 @@ class ArrowRows(RowBlock):
         """``default_collate(self.rows())``, column by column."""
         if not len(self):
             raise IndexError("an empty block has no batch")  # default_collate([]) fails too
+        table = self.table
         return {
-            name: _column_batch(array)
-            for name, array in zip(self.table.column_names, self._arrays(), strict=True)
+            name: _column_batch(column)
+            for name, column in zip(table.column_names, table.columns, strict=True)
         }
 
     def __repr__(self) -> str:

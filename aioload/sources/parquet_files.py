@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -42,7 +43,7 @@ from aioload.sources.parquet_footer import (
     parse_footer,
     read_footer_bytes,
 )
-from aioload.sources.parquet_read import leaf_columns, read_row_group
+from aioload.sources.parquet_read import leaf_columns, read_row_groups
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order, run_blocking
 from aioload.sources.shards import expand_urls
 from aioload.sources.store_reads import read_bytes
@@ -113,6 +114,7 @@ class ParquetFiles:
         self.units: list[tuple[int, int]] = []  # (file, row group) of every unit
         self.unit_rows = np.zeros(0, dtype=np.int64)
         self.unit_starts = np.zeros(1, dtype=np.int64)  # a unit's first global row; then total
+        self.unit_bytes: list[int] = []  # the column-chunk bytes of the columns read, per unit
 
     def _location_of(self, url: str) -> tuple[StoreLocation, str]:
         parts = urlsplit(url)
@@ -157,6 +159,10 @@ class ParquetFiles:
         rows = np.array([footers[f].row_counts[g] for f, g in units], dtype=np.int64)
         self.units, self.unit_rows = units, rows
         self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        self.unit_bytes = [
+            sum(chunk.end - chunk.first for chunk in footers[f].chunks(g, self._leaves[f]))
+            for f, g in units
+        ]
         self._footers = footers
 
     async def _list(self) -> list[str]:
@@ -220,12 +226,33 @@ class ParquetFiles:
 
     async def read(self, unit: int) -> pa.Table:
         """Unit ``unit``'s requested columns, as an Arrow table (see the module docstring)."""
+        tables = await self.read_many([unit])
+        return tables[0]
+
+    async def read_many(self, units: Sequence[int]) -> list[pa.Table]:
+        """The tables of ``units``, in order: the row groups of one file read together
+        (neighbouring column chunks in one request), the files at once."""
         await self.load()
-        assert self._footers is not None
-        file, group = self.units[unit]
-        url = redact_url(self.urls[file])
-        read = functools.partial(self._read_range, file)
-        return await read_row_group(self._footers[file], url, group, self.columns, read)
+        footers = self._footers
+        assert footers is not None
+        by_file: dict[int, list[int]] = {}
+        for unit in units:
+            file, group = self.units[unit]
+            by_file.setdefault(file, []).append(group)
+
+        async def one_file(file: int, groups: list[int]) -> list[pa.Table]:
+            url = redact_url(self.urls[file])
+            read = functools.partial(self._read_range, file)
+            return await read_row_groups(footers[file], url, groups, self.columns, read)
+
+        files = list(by_file)
+        results = await asyncio.gather(*(one_file(file, by_file[file]) for file in files))
+        tables = {
+            (file, group): table
+            for file, file_tables in zip(files, results, strict=True)
+            for group, table in zip(by_file[file], file_tables, strict=True)
+        }
+        return [tables[self.units[unit]] for unit in units]
 
     async def _read_range(self, file: int, first: int, end: int) -> bytes:
         _, data = await self._read_bytes(file, (first, end))

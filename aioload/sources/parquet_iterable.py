@@ -13,9 +13,10 @@ epoch)`` with ``shuffle_row_groups``, the same in every rank and worker) are spl
 - ``split="row_groups"`` (the default with one rank): rank ``r`` takes row groups ``r, r +
   world_size, ...``, worker ``w`` every ``num_workers``-th of those; no length.
 
-Each worker reads ``row_groups_in_flight`` row groups ahead (only the requested
-columns), and a row shuffle buffer of ``shuffle_buffer`` rows, seeded per epoch, rank
-and worker, mixes rows across neighbouring row groups (:mod:`aioload.sources.parquet_stream`).
+Each worker reads ``read_ahead`` bytes of row groups ahead (only the requested columns;
+a file's row groups with as few requests as their column chunks allow), and a row
+shuffle buffer of ``shuffle_buffer`` rows, seeded per epoch, rank and worker, mixes rows
+across neighbouring row groups (:mod:`aioload.sources.parquet_stream`).
 
 Batches come straight from Arrow: the loader, batching automatically, reads whole batches
 from :meth:`IterableParquetDataset.batch_stream` (see :mod:`aioload.row_block`), so
@@ -43,15 +44,19 @@ from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounts
 from aioload.sources.arrow_rows import ArrowRows
 from aioload.sources.parquet_files import ParquetFiles
-from aioload.sources.parquet_state import RowsState, check_rows_state, refs_of, runs_of
+from aioload.sources.parquet_state import RowsState, check_rows_state, refs_of
 from aioload.sources.parquet_stream import Piece, RowStream, read_rows
 from aioload.sources.rank_split import Segment, rank_segments, samples_per_rank, worker_segments
 from aioload.sources.shard_state import ShardStateError, resplit
+from aioload.sources.sizes import parse_size
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
 __all__ = ["IterableParquetDataset"]
+
+DEFAULT_READ_AHEAD = 64 << 20
+"""Bytes of column chunks an IterableParquetDataset worker reads ahead, by default."""
 
 _ROW_CHUNK = 256  # rows taken at once when the stream is iterated row by row
 
@@ -84,8 +89,11 @@ class IterableParquetDataset(IterableDataset[Any]):
             ``world_size > 1``, else ``"row_groups"``.
         drop_last: with ``split="rows"``, drop the epoch's last ``rows % world_size``
             rows instead of padding (``DistributedSampler``'s choice).
-        row_groups_in_flight: row groups each worker reads at once, ahead of its
-            consumer (memory: that many decoded row groups).
+        read_ahead: how far each worker reads ahead of its consumer: the bytes of the
+            requested column chunks (compressed, as stored) of the row groups read at
+            once, at least one row group; an int or a size such as ``"256MiB"``. Memory:
+            these row groups decoded, a few times this as a rule. A file's row groups
+            among them are fetched together, with as few requests as their chunks allow.
         cache_dir: a local folder that keeps every byte range read, so that later
             epochs read from disk (see :class:`~aioload.sources.LocalCache`).
         cache_limit: the most bytes the disk cache takes (``"50GB"``).
@@ -115,7 +123,7 @@ class IterableParquetDataset(IterableDataset[Any]):
         world_size: int | None = None,
         split: Literal["rows", "row_groups"] | None = None,
         drop_last: bool = False,
-        row_groups_in_flight: int = 2,
+        read_ahead: int | str = DEFAULT_READ_AHEAD,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         **store_options: Any,
@@ -124,10 +132,7 @@ class IterableParquetDataset(IterableDataset[Any]):
             raise ValueError(f"shuffle_buffer should be an int >= 0; got {shuffle_buffer!r}")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed should be an int >= 0; got {seed!r}")
-        if not isinstance(row_groups_in_flight, int) or row_groups_in_flight < 1:
-            raise ValueError(
-                f"row_groups_in_flight should be an int >= 1; got {row_groups_in_flight!r}"
-            )
+        read_ahead = parse_size(read_ahead)
         rank, world_size = rank_and_world_size(rank, world_size)
         if split is None:
             split = "rows" if world_size > 1 else "row_groups"
@@ -143,7 +148,7 @@ class IterableParquetDataset(IterableDataset[Any]):
         self.world_size = world_size
         self.split: Literal["rows", "row_groups"] = split
         self.drop_last = drop_last
-        self.row_groups_in_flight = row_groups_in_flight
+        self.read_ahead = read_ahead
         self.epoch = 0
         self._resume: RowsState | None = None  # loaded by load_state_dict, for the next iter
         self._live: tuple[RowStream, dict[str, Any], _Held] | None = None
@@ -255,19 +260,16 @@ class IterableParquetDataset(IterableDataset[Any]):
             runs, draining = resume.runs, resume.draining
             if resume.rng is not None:
                 rng.bit_generator.state = resume.rng
-            buffer = await read_rows(
-                refs_of(resume.buffer), files.read, files.schema, self.row_groups_in_flight
-            )
-            ready = await read_rows(
-                refs_of(resume.ready), files.read, files.schema, self.row_groups_in_flight
-            )
+            buffer = await read_rows(refs_of(resume.buffer), files.read_many, files.schema)
+            ready = await read_rows(refs_of(resume.ready), files.read_many, files.schema)
         else:
             runs = self._resplit([resume], worker, workers, batch)
         stream = RowStream(
             runs,
-            files.read,
+            files.read_many,
             files.schema,
-            self.row_groups_in_flight,
+            self.read_ahead,
+            files.unit_bytes,
             self.shuffle_buffer,
             rng,
             files.describe,
@@ -341,8 +343,7 @@ class IterableParquetDataset(IterableDataset[Any]):
         stream, layout, held = self._live
         state = stream.state(self.epoch, layout)
         if held.piece is not None:
-            left = runs_of(held.piece.refs[held.next :])
-            state.ready = [Segment(*run) for run in left] + state.ready
+            state.ready = held.piece.cut(held.next)[1].runs() + state.ready
         return state.to_json(len(self.files.units))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -1,15 +1,16 @@
 """Reading some columns of one row group: ranged GETs of their chunks, decoded by pyarrow.
 
-:func:`read_row_group` asks the store only for the column chunks of the requested
-columns (neighbours closer than :data:`COALESCE_GAP` in one request, several requests in
-flight), and hands them to pyarrow's Parquet reader through :class:`_Fetched`, a file
-object that holds only the bytes fetched: a read anywhere else is an error naming the file
-and row group (the footer did not describe the file), never bytes made up. pyarrow
-decodes in a thread, so the event loop goes on while it does.
+:func:`read_row_groups` asks the store only for the column chunks of the requested
+columns of some row groups of a file (neighbours closer than :data:`COALESCE_GAP` in one
+request, several requests in flight), and hands them to pyarrow's Parquet reader
+through :class:`_Fetched`, a file object that holds only the bytes fetched: a read
+anywhere else is an error naming the file and row group (the footer did not describe the
+file), never bytes made up. pyarrow decodes in a thread, so the event loop goes on while
+it does.
 
 Example::
 
-    table = await read_row_group(footer, url, 3, ["text", "label"], fetch)
+    tables = await read_row_groups(footer, url, [3, 4], ["text", "label"], fetch)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 
 from aioload.sources.parquet_footer import Footer, ParquetFormatError
 
-__all__ = ["COALESCE_GAP", "leaf_columns", "plan_ranges", "read_row_group"]
+__all__ = ["COALESCE_GAP", "leaf_columns", "plan_ranges", "read_row_groups"]
 
 COALESCE_GAP = 256 << 10
 """Column chunks closer than this are fetched with one request (the bytes between too)."""
@@ -56,11 +57,14 @@ def leaf_columns(footer: Footer, columns: Sequence[str] | None, url: str) -> lis
     return sorted(leaves)
 
 
-def plan_ranges(footer: Footer, row_group: int, leaves: list[int]) -> list[tuple[int, int]]:
-    """The byte ranges to fetch for ``leaves`` of ``row_group``: chunks, merged when close."""
+def plan_ranges(
+    footer: Footer, row_groups: Sequence[int], leaves: list[int]
+) -> list[tuple[int, int]]:
+    """The byte ranges to fetch for ``leaves`` of ``row_groups``: chunks, merged when close."""
     data_end = footer.size - len(footer.tail)
+    chunks = [chunk for group in row_groups for chunk in footer.chunks(group, leaves)]
     ranges: list[tuple[int, int]] = []
-    for chunk in sorted(footer.chunks(row_group, leaves), key=lambda chunk: chunk.first):
+    for chunk in sorted(chunks, key=lambda chunk: chunk.first):
         first, end = chunk.first, min(chunk.end + _OLD_WRITER_PAD, data_end)
         if ranges and first - ranges[-1][1] <= COALESCE_GAP:
             ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
@@ -69,10 +73,13 @@ def plan_ranges(footer: Footer, row_group: int, leaves: list[int]) -> list[tuple
     return ranges
 
 
-async def read_row_group(
-    footer: Footer, url: str, row_group: int, columns: Sequence[str] | None, fetch: Fetch
-) -> pa.Table:
-    """The ``columns`` (all: None) of row group ``row_group``, as an Arrow table.
+async def read_row_groups(
+    footer: Footer, url: str, row_groups: Sequence[int], columns: Sequence[str] | None, fetch: Fetch
+) -> list[pa.Table]:
+    """The ``columns`` (all: None) of each of ``row_groups`` (of one file), as Arrow tables.
+
+    Their column chunks are fetched together (neighbours in one request), then decoded
+    one row group after the other in a thread.
 
     Raises:
         ParquetFormatError: the chunks are not where the footer says.
@@ -80,22 +87,33 @@ async def read_row_group(
             note names the file and row group.
     """
     leaves = leaf_columns(footer, columns, url)
-    ranges = plan_ranges(footer, row_group, leaves)
+    ranges = plan_ranges(footer, row_groups, leaves)
     parts = await asyncio.gather(*(fetch(first, end) for first, end in ranges))
     fetched = _Fetched(footer, list(zip((first for first, _ in ranges), parts, strict=True)))
-    where = f"{url}, row group {row_group}"
-    return await asyncio.to_thread(_decode, fetched, footer, row_group, columns, where)
+    return await asyncio.to_thread(_decode_all, fetched, footer, url, row_groups, columns)
+
+
+def _decode_all(
+    fetched: _Fetched,
+    footer: Footer,
+    url: str,
+    row_groups: Sequence[int],
+    columns: Sequence[str] | None,
+) -> list[pa.Table]:
+    reader = pq.ParquetFile(fetched, metadata=footer.metadata, pre_buffer=False)
+    return [
+        _decode(reader, footer, group, columns, f"{url}, row group {group}") for group in row_groups
+    ]
 
 
 def _decode(
-    fetched: _Fetched,
+    reader: pq.ParquetFile,
     footer: Footer,
     row_group: int,
     columns: Sequence[str] | None,
     where: str,
 ) -> pa.Table:
     try:
-        reader = pq.ParquetFile(fetched, metadata=footer.metadata, pre_buffer=False)
         table = reader.read_row_group(row_group, columns=None if columns is None else list(columns))
     except _Outside as error:
         raise ParquetFormatError(

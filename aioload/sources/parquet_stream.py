@@ -1,8 +1,9 @@
 """One worker's stream of Parquet rows, by columns: read-ahead, a row shuffle buffer, state.
 
 :class:`RowStream` reads a list of row ranges (:class:`~aioload.sources.rank_split.Segment`:
-rows ``start`` to ``stop - 1`` of one unit, a row group), ``in_flight`` row groups read
-at once ahead of the consumer, and hands out rows in pieces of any size
+rows ``start`` to ``stop - 1`` of one unit, a row group), reading ahead of the consumer
+as many row groups as ``read_ahead`` bytes of their column chunks (at least one), the
+row groups of one file together, and hands out rows in pieces of any size
 (:meth:`RowStream.take`) — a whole batch at once, as Arrow tables, without one Python
 object per row on the way.
 
@@ -10,8 +11,8 @@ The shuffle buffer holds up to ``shuffle`` rows, as one table. Each piece read j
 when it holds more than ``shuffle`` rows, the surplus leaves it, drawn at random (a
 uniform choice of which rows, in a random order, from the generator): the same rows
 and order as long as the generator's state is the same. At the end of the input it is
-emptied in a random order. Memory stays bounded: ``shuffle`` rows, plus ``in_flight``
-row groups and one piece.
+emptied in a random order. Memory stays bounded: ``shuffle`` rows, plus the row groups
+read ahead and one piece.
 
 Whenever the stream is between two :meth:`~RowStream.take` calls, :meth:`RowStream.state`
 says what is left (see :mod:`aioload.sources.parquet_state`), and a stream made from that
@@ -32,32 +33,56 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aioload.sources.parquet_state import RowsState, runs_of
-from aioload.sources.rank_split import Segment
+from aioload.sources.parquet_state import RowsState, refs_of, runs_of
+from aioload.sources.rank_split import Segment, take
 from aioload.stream_faults import StreamGuard
 
 __all__ = ["Piece", "RowStream", "join", "read_rows"]
 
-ReadUnit = Callable[[int], Awaitable[pa.Table]]
+ReadUnits = Callable[[list[int]], Awaitable[list[pa.Table]]]
+"""Reads some units' tables (every requested column, all their rows), in order."""
 
 
 class Piece:
-    """Rows of a stream: their table, and ``refs``, an ``(n, 2)`` array of unit, row."""
+    """Rows of a stream: their table, and which rows they are — as runs of one unit's
+    consecutive rows (rows straight from the input) or as ``refs``, an ``(n, 2)`` array of
+    unit, row (rows out of the shuffle buffer)."""
 
-    __slots__ = ("refs", "table")
+    __slots__ = ("_refs", "_runs", "table")
 
-    def __init__(self, table: pa.Table, refs: np.ndarray[Any, Any]) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        refs: np.ndarray[Any, Any] | None = None,
+        runs: list[Segment] | None = None,
+    ) -> None:
         self.table = table
-        self.refs = refs
+        self._refs = refs
+        self._runs = runs
 
     def __len__(self) -> int:
-        return len(self.refs)
+        return int(self.table.num_rows)
+
+    @property
+    def refs(self) -> np.ndarray[Any, Any]:
+        """The rows, as an ``(n, 2)`` array of unit, row."""
+        if self._refs is None:
+            self._refs = refs_of(self._runs or [])
+        return self._refs
+
+    def runs(self) -> list[Segment]:
+        """The rows, as runs."""
+        if self._runs is None:
+            self._runs = [Segment(*run) for run in runs_of(self.refs)]
+        return self._runs
 
     def cut(self, count: int) -> tuple[Piece, Piece]:
         """The first ``count`` rows, and the rest."""
-        return (
-            Piece(self.table.slice(0, count), self.refs[:count]),
-            Piece(self.table.slice(count), self.refs[count:]),
+        head, tail = self.table.slice(0, count), self.table.slice(count)
+        if self._runs is None:
+            return Piece(head, self.refs[:count]), Piece(tail, self.refs[count:])
+        return Piece(head, runs=take(self._runs, 0, count)), Piece(
+            tail, runs=take(self._runs, count, len(self))
         )
 
     def take(self, positions: np.ndarray[Any, Any]) -> Piece:
@@ -70,19 +95,22 @@ def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
     if len(pieces) == 1:
         return pieces[0]
     if not pieces:
-        return Piece(schema.empty_table(), np.zeros((0, 2), dtype=np.int64))
+        return Piece(schema.empty_table(), runs=[])
     table = pa.concat_tables([piece.table for piece in pieces])
+    if all(piece._runs is not None for piece in pieces):
+        return Piece(table, runs=[run for piece in pieces for run in piece.runs()])
     return Piece(table, np.concatenate([piece.refs for piece in pieces]))
 
 
 class RowStream:
-    """The rows of ``runs``, read ``in_flight`` row groups ahead, through a shuffle buffer.
+    """The rows of ``runs``, read ``read_ahead`` bytes ahead, through a shuffle buffer.
 
     Args:
         runs: the row ranges to read, in order.
-        read: reads one unit's table (every requested column, all its rows).
+        read: reads units' tables (:data:`ReadUnits`).
         schema: the tables' schema (for empty pieces).
-        in_flight: row groups read at once.
+        read_ahead: the column-chunk bytes of the row groups read ahead (at least one).
+        unit_bytes: every unit's column-chunk bytes (of the columns read).
         shuffle: the shuffle buffer's rows (0 or 1: no shuffle).
         rng: the shuffle buffer's generator.
         describe: ``"<file>, row group <n>"`` of a unit, for skip records.
@@ -93,7 +121,8 @@ class RowStream:
 
     Example::
 
-        stream = RowStream(runs, files.read, files.schema, 2, 10_000, rng, files.describe)
+        stream = RowStream(runs, files.read_many, files.schema, 64 << 20, files.unit_bytes,
+                           10_000, rng, files.describe)
         piece = await stream.take(256)    # a Piece, a skip marker, or None at the end
         stream.state(epoch, layout)       # what is left
         await stream.aclose()
@@ -102,9 +131,10 @@ class RowStream:
     def __init__(
         self,
         runs: Sequence[Segment],
-        read: ReadUnit,
+        read: ReadUnits,
         schema: pa.Schema,
-        in_flight: int,
+        read_ahead: int,
+        unit_bytes: Sequence[int],
         shuffle: int,
         rng: np.random.Generator,
         describe: Callable[[int], str],
@@ -116,12 +146,15 @@ class RowStream:
         self._pending: deque[Segment] = deque(run for run in runs if len(run))
         self._read = read
         self._schema = schema
-        self._in_flight = in_flight
+        self._read_ahead = read_ahead
+        self._unit_bytes = unit_bytes
+        self._bytes_reading = 0
         self._shuffle = shuffle if shuffle > 1 else 0
         self._rng = rng
         self._describe = describe
         self._guard = guard
-        self._reading: deque[tuple[Segment, asyncio.Task[pa.Table]]] = deque()
+        # Each row range being read, the read (shared by a refill's ranges), its table's number.
+        self._reading: deque[tuple[Segment, asyncio.Task[list[pa.Table]], int]] = deque()
         empty = join([], schema)
         self._buffer = buffer if buffer is not None else empty
         self._ready: deque[Piece] = deque([ready] if ready is not None and len(ready) else [])
@@ -130,9 +163,9 @@ class RowStream:
 
     def state(self, epoch: int, layout: dict[str, Any]) -> RowsState:
         """What is left, between two :meth:`take` calls."""
-        runs = [segment for segment, _ in self._reading] + list(self._pending)
-        ready = [Segment(*run) for piece in self._ready for run in runs_of(piece.refs)]
-        buffer = [Segment(*run) for run in runs_of(self._buffer.refs)]
+        runs = [segment for segment, _, _ in self._reading] + list(self._pending)
+        ready = [run for piece in self._ready for run in piece.runs()]
+        buffer = self._buffer.runs()
         rng = dict(self._rng.bit_generator.state) if self._shuffle else None
         return RowsState(epoch, layout, runs, buffer, ready, rng, self._draining)
 
@@ -200,28 +233,41 @@ class RowStream:
             self._ready_rows += len(piece)
 
     def _top_up(self) -> None:
-        while len(self._reading) < self._in_flight and self._pending:
+        # Refilled once half the window is read, all at once: the row groups of one file
+        # in a refill share their requests (ParquetFiles.read_many).
+        budget, sizes = self._read_ahead, self._unit_bytes
+        if self._bytes_reading > budget // 2 or not self._pending:
+            return
+        segments: list[Segment] = []
+        while self._pending and (
+            (not self._reading
+            and not segments)
+            or self._bytes_reading + sizes[self._pending[0].shard] <= budget
+        ):
             segment = self._pending.popleft()
-            task = asyncio.ensure_future(self._read_unit(segment.shard))
-            self._reading.append((segment, task))
+            segments.append(segment)
+            self._bytes_reading += sizes[segment.shard]
+        task = asyncio.ensure_future(self._read_units([segment.shard for segment in segments]))
+        for number, segment in enumerate(segments):
+            self._reading.append((segment, task, number))
 
-    async def _read_unit(self, unit: int) -> pa.Table:
+    async def _read_units(self, units: list[int]) -> list[pa.Table]:
         guard = self._guard
         if guard is None:
-            return await self._read(unit)
-        table: pa.Table = await guard.retry(self._read, unit)
-        return table
+            return await self._read(units)
+        tables: list[pa.Table] = await guard.retry(self._read, units)
+        return tables
 
     async def _next_input(self) -> Piece | Any | None:
         """The next row range's rows; a skip marker for one that cannot be read; None."""
         self._top_up()
         if not self._reading:
             return None
-        segment, task = self._reading[0]
+        segment, task, number = self._reading[0]
         try:
-            table = await asyncio.shield(task)  # a cancelled take leaves the read to aclose
+            tables = await asyncio.shield(task)  # a cancelled take leaves the read to aclose
         except Exception as error:
-            self._reading.popleft()
+            self._done_reading()
             self._top_up()
             if self._guard is None:
                 raise
@@ -229,15 +275,17 @@ class RowStream:
             return self._guard.skip(
                 where, error, where=f"{where}, rows {segment.start} to {segment.stop - 1}"
             )
-        self._reading.popleft()
+        self._done_reading()
         self._top_up()
-        rows = np.arange(segment.start, segment.stop)
-        refs = np.stack([np.full(len(rows), segment.shard), rows], axis=1).astype(np.int64)
-        return Piece(table.slice(segment.start, len(segment)), refs)
+        return Piece(tables[number].slice(segment.start, len(segment)), runs=[segment])
+
+    def _done_reading(self) -> None:
+        segment, _, _ = self._reading.popleft()
+        self._bytes_reading -= self._unit_bytes[segment.shard]
 
     async def aclose(self) -> None:
         """Cancels the reads ahead and waits for them to end."""
-        tasks = [task for _, task in self._reading]
+        tasks = list({id(task): task for _, task, _ in self._reading}.values())
         self._reading.clear()
         for task in tasks:
             task.cancel()
@@ -248,20 +296,12 @@ class RowStream:
                 pass
 
 
-async def read_rows(
-    refs: np.ndarray[Any, Any], read: ReadUnit, schema: pa.Schema, in_flight: int
-) -> Piece:
+async def read_rows(refs: np.ndarray[Any, Any], read: ReadUnits, schema: pa.Schema) -> Piece:
     """The rows ``refs`` names, read again (each unit once), in ``refs``' order."""
     if not len(refs):
         return join([], schema)
-    units = np.unique(refs[:, 0])
-    semaphore = asyncio.Semaphore(in_flight)
-
-    async def one(unit: int) -> pa.Table:
-        async with semaphore:
-            return await read(unit)
-
-    tables = await asyncio.gather(*(one(int(unit)) for unit in units))
+    units = [int(unit) for unit in np.unique(refs[:, 0])]
+    tables = await read(units)
     pieces, placed = [], []
     for unit, table in zip(units, tables, strict=True):
         positions = np.flatnonzero(refs[:, 0] == unit)

@@ -1,0 +1,199 @@
+"""Parquet from a real S3 server: aioload's two Parquet datasets against their baselines.
+
+Run by hand: ``python benchmarks/bench_parquet.py [--repeat 5] [--torch-batches 20]``.
+
+100,000 rows x 10 float64 columns in 8 files (4 row groups each), written by pyarrow and
+served by SeaweedFS on 127.0.0.1 (its S3 gateway). Every case runs once untimed, then
+``--repeat`` times in turn; medians (rows/s), with the slowest and fastest run.
+
+- **iterable epoch**: ``IterableParquetDataset`` through ``DataLoader(batch_size=256)``
+  (``for``, 0 workers, default collate: a dict of ten float64 arrays per batch), every
+  batch checked, against ``pyarrow.parquet.read_table`` of the same 8 files through
+  pyarrow's own S3 client (threads, pre-buffered reads). Target >= 0.8x.
+- **map-style, shuffled**: ``ParquetDataset`` through ``DataLoader(batch_size=256,
+  shuffle=True)`` (0 workers and 2), against torch's ``DataLoader`` (2 workers,
+  ``shuffle=True``) over a dataset whose ``__getitem__`` reads one row with pyarrow (an
+  open ``ParquetFile`` per worker, ``read_row_group`` of the row's row group, one row
+  taken): what a torch user writes. torch reads ``--torch-batches`` batches per run (a
+  whole epoch would take minutes); the rates compare. Target >= 10x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import obstore
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from aioload import DataLoader
+from aioload.sources import IterableParquetDataset, ParquetDataset, SeaweedFS, open_store
+
+FILES = 8
+ROWS = 100_000
+COLUMNS = 10
+ROW_GROUPS = 4  # per file
+BATCH = 256
+
+
+def write_files(server: SeaweedFS) -> list[str]:
+    """The 8 files, put into the server's bucket; their keys."""
+    store, _ = open_store(server.url, **server.store_options)
+    rng = np.random.default_rng(0)
+    per_file = ROWS // FILES
+    keys = []
+    for number in range(FILES):
+        first = number * per_file
+        columns = {"c0": np.arange(first, first + per_file, dtype=np.float64)}
+        columns.update({f"c{i}": rng.standard_normal(per_file) for i in range(1, COLUMNS)})
+        out = io.BytesIO()
+        pq.write_table(pa.table(columns), out, row_group_size=per_file // ROW_GROUPS)
+        key = f"parquet/part-{number:02d}.parquet"
+        obstore.put(store, key, out.getvalue())
+        keys.append(key)
+    return keys
+
+
+def arrow_fs(server: SeaweedFS) -> Any:
+    options = server.store_options
+    return pafs.S3FileSystem(
+        access_key=options["access_key_id"],
+        secret_key=options["secret_access_key"],
+        endpoint_override=options["endpoint"],
+        scheme="http",
+        region=options["region"],
+    )
+
+
+def time_rows(run: Callable[[], int]) -> float:
+    start = time.perf_counter()
+    rows = run()
+    return rows / (time.perf_counter() - start)
+
+
+class OneRowPerItem:
+    """torch's baseline: ``__getitem__`` reads the row group holding the row, takes one row."""
+
+    def __init__(self, server: SeaweedFS, keys: list[str]) -> None:
+        self.server, self.keys = server, keys
+        self.per_file = ROWS // FILES
+        self.per_group = self.per_file // ROW_GROUPS
+        self.files: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return ROWS
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        number, within = divmod(index, self.per_file)
+        handle = self.files.get(number)
+        if handle is None:  # one open file per worker process
+            fs = arrow_fs(self.server)
+            handle = pq.ParquetFile(fs.open_input_file(f"{self.server.bucket}/{self.keys[number]}"))
+            self.files[number] = handle
+        group, row = divmod(within, self.per_group)
+        table = handle.read_row_group(group).slice(row, 1)
+        return {name: np.float64(table.column(name)[0].as_py()) for name in table.column_names}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "files": {}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--torch-batches", type=int, default=20)
+    args = parser.parse_args()
+    torch = None
+    try:
+        import torch
+        import torch.utils.data
+    except ImportError:
+        print("torch is not installed: the map-style baseline is left out")
+
+    with SeaweedFS(bucket="bench-parquet") as server:
+        keys = write_files(server)
+        urls = [f"{server.url}/{key}" for key in keys]
+        options = server.store_options
+        fs = arrow_fs(server)
+
+        def read_table() -> int:
+            table = pq.read_table([f"{server.bucket}/{key}" for key in keys], filesystem=fs)
+            return int(table.num_rows)
+
+        def iterable_epoch() -> int:
+            dataset = IterableParquetDataset(urls, **options)
+            rows = 0
+            for batch in DataLoader(dataset, batch_size=BATCH):
+                assert batch["c0"].dtype == np.float64 and len(batch) == COLUMNS
+                rows += len(batch["c0"])
+            assert rows == ROWS
+            return rows
+
+        def map_epoch(workers: int) -> Callable[[], int]:
+            def run() -> int:
+                dataset = ParquetDataset(urls, **options)
+                loader = DataLoader(
+                    dataset, batch_size=BATCH, shuffle=True, generator=0, num_workers=workers
+                )
+                seen = 0
+                total = 0.0
+                for batch in loader:
+                    seen += len(batch["c0"])
+                    total += float(batch["c0"].sum())
+                assert seen == ROWS and total == sum(range(ROWS))
+                return seen
+
+            return run
+
+        def torch_rows() -> int:
+            assert torch is not None
+            loader = torch.utils.data.DataLoader(
+                OneRowPerItem(server, keys), batch_size=BATCH, shuffle=True, num_workers=2
+            )
+            rows = 0
+            for number, batch in enumerate(loader):
+                rows += len(batch["c0"])
+                if number + 1 == args.torch_batches:
+                    break
+            return rows
+
+        cases: dict[str, Callable[[], int]] = {
+            "pyarrow.parquet.read_table (pyarrow's S3 client)": read_table,
+            "aioload IterableParquetDataset, epoch, batch 256, 0 workers": iterable_epoch,
+            "aioload ParquetDataset, shuffle, batch 256, 0 workers": map_epoch(0),
+            "aioload ParquetDataset, shuffle, batch 256, 2 workers": map_epoch(2),
+        }
+        if torch is not None:
+            cases[f"torch DataLoader, one pyarrow row per item, 2 workers ({args.torch_batches} batches)"] = torch_rows
+        rates: dict[str, list[float]] = {name: [] for name in cases}
+        for name, run in cases.items():
+            run()  # untimed: imports, connections, the page cache
+        for _ in range(args.repeat):
+            for name, run in cases.items():
+                rates[name].append(time_rows(run))
+
+    print(f"Python {platform.python_version()}, {platform.machine()}, pyarrow {pa.__version__}")
+    print(f"{'case':<86} {'rows/s (median)':>16}  range")
+    for name, values in rates.items():
+        print(f"{name:<86} {statistics.median(values):>16,.0f}  "
+              f"{min(values):,.0f}..{max(values):,.0f}")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    names = list(cases)
+    print(f"\niterable epoch / read_table: {medians[names[1]] / medians[names[0]]:.2f}x (target >= 0.8x)")
+    if torch is not None:
+        baseline = medians[names[-1]]
+        for name in names[2:4]:
+            print(f"{name} / torch: {medians[name] / baseline:.1f}x (target >= 10x)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,7 +23,12 @@ from hypothesis import strategies as st
 
 from aioload import DataLoader, RetryPolicy
 from aioload.sources import JsonLinesDataset, MixDataset, ShardDataset, ShardWriter
-from aioload.sources.jsonl_lines import LineSplitter, compression_of
+from aioload.sources.jsonl_lines import (
+    LineSplitter,
+    compression_of,
+    decompressed,
+    numbered_lines,
+)
 from aioload.sources.shard_state import ShardStateError
 
 SIZES = [7, 3, 11, 0, 5, 9]  # lines per file: 35 in all
@@ -148,6 +153,31 @@ def test_compression_is_told_by_the_name() -> None:
     assert compression_of("b.jsonl.gz") == "gzip"
     assert compression_of("b.jsonl.zst") == "zstd"
     assert compression_of("b.json") is None and compression_of("b.jsonl.bz2") is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_lines_come_while_the_file_is_still_arriving(kind: str) -> None:
+    if kind == "zstd":
+        pytest.importorskip("zstandard")
+    data = compress(b"".join(row(n) + b"\n" for n in range(400)), kind)
+    arrived = asyncio.Event()
+    sent = 0
+
+    async def chunks() -> Any:
+        nonlocal sent
+        for at in range(0, len(data), 64):
+            sent = at + 64
+            yield data[at : at + 64]
+            if at >= len(data) * 3 // 5:  # past the first zstd frame (a block, here)
+                await arrived.wait()  # the rest waits until a line has come out
+
+    lines = numbered_lines(decompressed(chunks(), kind, "memory:///a"))  # type: ignore[arg-type]
+    number, content, first, _ = await anext(lines)
+    assert (number, content, first) == (0, row(0), 0)
+    assert sent < len(data)  # before the file's end was sent
+    arrived.set()
+    assert [n async for n, *_ in lines] == list(range(1, 400))
 
 
 # -- reading ------------------------------------------------------------------------
@@ -495,6 +525,20 @@ def test_a_mix_with_a_shard_dataset_resumes_exactly(mixed: list[str], tmp_path: 
         resumed = loader(mix())
         resumed.load_state_dict(state)
         assert taken + flat(list(resumed)) == full
+
+
+def test_a_mix_with_a_sync_source(mixed: list[str]) -> None:
+    mix = MixDataset(
+        [JsonLinesDataset(mixed, decode=number), range(100, 110)], [1, 1], stop="longest"
+    )
+
+    async def read() -> list[int]:
+        return [sample async for sample in mix]
+
+    got = asyncio.run(read())
+    assert sorted(got) == [*range(TOTAL), *range(100, 110)]
+    assert [n for n in got if n < 100] == list(range(TOTAL))
+    assert flat(list(loader(mix))) == got
 
 
 def test_states_of_other_datasets_are_refused(mixed: list[str], tmp_path: Path) -> None:

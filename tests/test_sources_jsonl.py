@@ -359,6 +359,26 @@ def test_a_truncated_file_is_skipped_from_where_it_fails(tmp_path: Path, kind: s
         list(loader(JsonLinesDataset(urls, decode=number)))
 
 
+def test_a_read_that_fails_midway_keeps_the_lines_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"")
+    dataset = JsonLinesDataset(path.as_uri(), decode=number)
+
+    async def failing(number: int, byte_range: Any = 0) -> Any:
+        yield row(0) + b"\n\n" + row(1) + b"\n" + row(2)[:4]
+        raise ConnectionError("the connection dropped")
+
+    monkeypatch.setattr(dataset, "_open", failing)
+    skipping = loader(dataset, retry=RetryPolicy(attempts=1), on_error="skip")
+    assert flat(list(skipping)) == [0, 1]
+    (item,) = skipping.skipped
+    first_lost = len(row(0)) + len(row(1)) + 3
+    assert item.where == f"{path.as_uri()}: the rest of the file, from line 4 (byte {first_lost})"
+    assert item.error_type == "builtins.ConnectionError"
+
+
 def test_a_missing_file_is_skipped_or_raises(tmp_path: Path) -> None:
     present = tmp_path / "here.jsonl"
     present.write_bytes(row(1) + b"\n")

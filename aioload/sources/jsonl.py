@@ -411,22 +411,27 @@ class JsonLinesDataset(IterableDataset[Any]):
         held: tuple[bytes, Ref] | None = None
         ended = True
         reached = run.start == 0
-        async with aclosing(self._lines_from(number, run.start, run.offset)) as lines:
-            async for line, content, first, end in lines:
-                if line < run.start:
-                    continue
-                if line == run.start:
-                    if first != run.offset:
-                        raise _other_file(url, run.start, run.offset)
-                    reached = True
-                if stop != -1 and line >= stop:
-                    ended = False
-                    break
-                if is_blank(content):
-                    continue
-                if held is not None:
-                    yield held[0], held[1], False
-                held = content, (number, line, first, end, _key(content))
+        try:
+            async with aclosing(self._lines_from(number, run.start, run.offset)) as lines:
+                async for line, content, first, end in lines:
+                    if line < run.start:
+                        continue
+                    if line == run.start:
+                        if first != run.offset:
+                            raise _other_file(url, run.start, run.offset)
+                        reached = True
+                    if stop != -1 and line >= stop:
+                        ended = False
+                        break
+                    if is_blank(content):
+                        continue
+                    if held is not None:
+                        yield held[0], held[1], False
+                    held = content, (number, line, first, end, _key(content))
+        except Exception:
+            if held is not None:  # a whole line read before the failure is not lost
+                yield held[0], held[1], False
+            raise
         if not reached:
             raise _other_file(url, run.start, run.offset)
         if held is not None:

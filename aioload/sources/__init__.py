@@ -22,6 +22,12 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
     loader = DataLoader(table, batch_size=256, shuffle=True, num_workers=2)
     stream = IterableParquetDataset("s3://bucket/table/", shuffle_buffer=10_000, **credentials)
 
+    # JSON-lines files (.jsonl, .jsonl.gz, .jsonl.zst), streamed line by line, split by rank
+    # and worker; a line that does not parse is skipped alone under on_error="skip"
+    rows = JsonLinesDataset("s3://bucket/chat-{0000..0099}.jsonl.gz", shuffle_buffer=10_000,
+                            **credentials)
+    loader = DataLoader(rows, batch_size=32, collate_fn=list, on_error="skip")
+
     # several streams mixed by weight, reproducibly (seed, epoch, worker)
     mix = MixDataset([shards, other_shards], [0.8, 0.2], seed=0, stop="never")
 
@@ -45,6 +51,7 @@ except ImportError as error:  # pragma: no cover - depends on the installation
 from aioload.errors import TarFormatError
 from aioload.sources.cache import LocalCache
 from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
+from aioload.sources.jsonl import JsonLinesDataset
 from aioload.sources.listing_shuffle import ShuffledListing
 from aioload.sources.mix import MixDataset
 from aioload.sources.objects import ObjectDataset, ObjectListing
@@ -77,6 +84,7 @@ __all__ = [
     "DecodeError",
     "Decoder",
     "IterableParquetDataset",
+    "JsonLinesDataset",
     "LocalCache",
     "MixDataset",
     "ObjectDataset",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 from aioload.fetch import Skip
@@ -43,7 +44,12 @@ from aioload.urls import redact_url
 __all__ = ["decoded", "guarded_runs"]
 
 
-def guarded_runs(open_run: OpenRun, urls: Sequence[str], guard: StreamGuard) -> OpenRun:
+def guarded_runs(
+    open_run: OpenRun,
+    urls: Sequence[str],
+    guard: StreamGuard,
+    where: Callable[[str, Run], str] | None = None,
+) -> OpenRun:
     """``open_run`` under ``guard``: each run's ``(sample, ref, last)``, retried while its
     reads fail transiently, ended by ``(marker, None, True)`` where it fails for good.
 
@@ -51,16 +57,23 @@ def guarded_runs(open_run: OpenRun, urls: Sequence[str], guard: StreamGuard) -> 
         open_run: a run's samples with their refs (the dataset's own reader).
         urls: the shards' URLs, by index (redacted for the records).
         guard: the stream's guard.
+        where: ``where(url, left)``: how a skip record names the part of the run
+            ``left`` lost (default: a shard's, from the byte of its first sample).
     """
+    describe = _rest_of_shard if where is None else where
 
     def open_guarded(run: Run) -> AsyncGenerator[tuple[Any, Ref | None, bool], None]:
-        return _guarded_run(open_run, run, redact_url(urls[run.shard]), guard)
+        return _guarded_run(open_run, run, redact_url(urls[run.shard]), guard, describe)
 
     return open_guarded
 
 
+def _rest_of_shard(url: str, left: Run) -> str:
+    return f"{url}: the rest of the shard, from byte {left.offset}"
+
+
 async def _guarded_run(
-    open_run: OpenRun, run: Run, url: str, guard: StreamGuard
+    open_run: OpenRun, run: Run, url: str, guard: StreamGuard, where: Callable[[str, Run], str]
 ) -> AsyncGenerator[tuple[Any, Ref | None, bool], None]:
     left = run  # what is not delivered yet
     failures = 0  # failed attempts since the last new sample
@@ -79,22 +92,25 @@ async def _guarded_run(
             if guard.again(error, failures):
                 await guard.backoff(failures)
                 continue
-            where = f"{url}: the rest of the shard, from byte {left.offset}"
-            yield guard.skip(url, error, attempts=failures, where=where), None, True
+            yield guard.skip(url, error, attempts=failures, where=where(url, left)), None, True
             return
 
 
 async def decoded(
     items: AsyncGenerator[tuple[Any, Ref | None], None],
     urls: Sequence[str],
-    decode: Callable[[dict[str, Any]], Any] | None,
+    decode: Callable[[Any], Any] | None,
     guard: StreamGuard,
+    describe: Callable[[Any, Ref | None], tuple[Any, str | None]] | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The samples of ``items`` (``(sample, ref)``), decoded; skip markers pass through.
 
     A sample whose ``decode`` raises becomes a skip marker (or raises, under
-    ``on_error='raise'``) naming its key, shard and byte offset.
+    ``on_error='raise'``) naming its key and place: ``describe(sample, ref)`` gives
+    them (default: a tar sample's ``__key__``, and its shard and byte offset).
     """
+    if describe is None:
+        describe = partial(_tar_sample, urls)
     async with aclosing(items):
         async for sample, ref in items:
             if decode is None or type(sample) is Skip:
@@ -103,8 +119,13 @@ async def decoded(
             try:
                 value = decode(sample)
             except Exception as error:
-                key = sample.get("__key__")
-                where = None if ref is None else f"{redact_url(urls[ref[0]])}, byte {ref[2]}"
+                key, where = describe(sample, ref)
                 yield guard.skip(key, error, where=where)
                 continue
             yield value
+
+
+def _tar_sample(urls: Sequence[str], sample: Any, ref: Ref | None) -> tuple[Any, str | None]:
+    """A tar sample's key, and where it is: its shard's URL and its first header's byte."""
+    where = None if ref is None else f"{redact_url(urls[ref[0]])}, byte {ref[2]}"
+    return sample.get("__key__"), where

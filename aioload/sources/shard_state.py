@@ -98,10 +98,10 @@ class StreamState:
     draining: bool = False
     rng: dict[str, Any] | None = None
 
-    def to_json(self, shards: int) -> dict[str, Any]:
-        """The state as plain JSON types."""
+    def to_json(self, shards: int, *, format: str = STATE_FORMAT) -> dict[str, Any]:
+        """The state as plain JSON types, marked as a stream state of kind ``format``."""
         return {
-            "format": STATE_FORMAT,
+            "format": format,
             "version": STATE_VERSION,
             "shards": shards,
             "epoch": self.epoch,
@@ -143,16 +143,19 @@ def check_rng(value: Any) -> dict[str, Any] | None:
     return dict(value)
 
 
-def check_state(state: Any, *, shards: int) -> StreamState:
+def check_state(state: Any, *, shards: int, format: str = STATE_FORMAT) -> StreamState:
     """Checks a stream state of a dataset of ``shards`` shards; returns it parsed.
+
+    ``format`` is the kind of stream the dataset makes (``"aioload.shard-stream"`` for
+    a ShardDataset): a state of another kind is refused, as a state of other shards is.
 
     Raises:
         ShardStateError: the state is not one :func:`fresh_state` or a stream made.
     """
     if not isinstance(state, Mapping):
         _fail(f"should be a dict from ShardDataset.state_dict(); got {type(state).__name__}")
-    if state.get("format") != STATE_FORMAT:
-        _fail(f"'format' should be {STATE_FORMAT!r}; got {state.get('format')!r:.80}")
+    if state.get("format") != format:
+        _fail(f"'format' should be {format!r}; got {state.get('format')!r:.80}")
     if state.get("version") != STATE_VERSION:
         _fail(f"version {state.get('version')!r:.40}; this aioload reads version {STATE_VERSION}")
     if state.get("shards") != shards:

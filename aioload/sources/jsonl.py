@@ -1,0 +1,646 @@
+"""JsonLinesDataset: an iterable async dataset over JSON-lines files in a store, streamed.
+
+A file is a ``.jsonl`` file (one JSON value per line), or one compressed as a whole:
+``.jsonl.gz`` (gzip, concatenated members too) or ``.jsonl.zst`` (zstd, several frames
+too; needs ``pip install 'aioload-data[jsonl]'``), the compression told by the name.
+Each file is streamed: its lines come while the rest of it is still arriving, and a
+read holds a chunk of it at a time, never the whole file (:mod:`.jsonl_lines`).
+
+A sample is the value ``json.loads`` makes of a line, passed through ``decode``. Lines end
+with ``\\n`` or ``\\r\\n``; the last may have no newline; a UTF-8 byte order mark at a
+file's start is ignored. A blank line (only whitespace) is no sample, but it is counted
+as a line: line numbers, in messages and checkpoints, are the file's own.
+
+How an epoch is shared out: the files are put in order — the given order, or a
+permutation drawn from ``(seed, epoch)`` with ``shuffle_files`` — and rank ``r`` of
+``world_size`` takes files ``r, r + world_size, ...``, worker ``w`` of ``num_workers``
+every ``num_workers``-th file of its rank's (as ``ShardDataset(split="shards")`` shares
+shards). Ranks and workers get what their files hold: the dataset has no length. One
+epoch yields every line of every file once across all ranks and workers. A shuffle
+buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and worker) mixes lines
+across neighbouring files; ``files_in_flight`` files are read at once, one line from
+each in turn.
+
+The machinery is the shard stream's (:mod:`aioload.sources.shard_stream`,
+:mod:`~aioload.sources.shard_state`, :mod:`~aioload.sources.shard_faults`): a run is
+lines ``start`` to ``stop - 1`` of a file, the first at byte ``offset``; a ref is
+``[file, line, first byte, end byte, key]`` (the key: a checksum of the line, checked
+when the line is read again). For a compressed file the bytes are positions in the
+decompressed stream. So a checkpoint is plain JSON, resumes exactly, and re-splits over
+other worker counts. A resumed uncompressed file is read from its next line's first
+byte (one ranged GET); a compressed one is read again from its start, decompressed, and
+the lines already delivered are passed over.
+
+Parsing (``json.loads``, then ``decode``) happens after the shuffle buffer, so that under
+the loader's ``on_error='skip'`` a line that does not parse is skipped alone (recorded
+with its file, line number and, uncompressed, byte offset); a file that cannot be read
+is retried from its next line while its errors are transient and skipped from the line
+where it failed otherwise. Without the policy these raise, naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from aioload.datasets import IterableDataset
+from aioload.ranks import rank_and_world_size
+from aioload.source_stats import SourceCounter, SourceCounts
+from aioload.sources.cache import LocalCache, entry_identity
+from aioload.sources.jsonl_lines import (
+    SUFFIXES,
+    Compression,
+    compression_of,
+    decompressed,
+    is_blank,
+    numbered_lines,
+    zstd_decompressor,
+)
+from aioload.sources.shard_faults import decoded, guarded_runs
+from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order
+from aioload.sources.shard_state import Ref, Run, ShardStateError, StreamState, check_state, resplit
+from aioload.sources.shard_stream import OpenRun, TrackedStream
+from aioload.sources.shards import expand_urls
+from aioload.sources.store_reads import STREAM_CHUNK, open_read
+from aioload.sources.stores import StoreLocation
+from aioload.stream_faults import StreamGuard
+from aioload.urls import redact_url
+from aioload.worker_info import get_worker_info
+
+__all__ = ["JSONL_STATE_FORMAT", "JsonLinesDataset"]
+
+JSONL_STATE_FORMAT = "aioload.jsonl-stream"
+"""The ``"format"`` field of a JsonLinesDataset's stream state."""
+
+LineRead = AsyncGenerator[tuple[bytes, Ref, bool], None]
+
+
+class JsonLinesDataset(IterableDataset[Any]):
+    """Streams the lines of JSON-lines files (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``).
+
+    A sample is ``decode(json.loads(line))`` (the parsed value without ``decode``); see
+    the module docstring for blank lines, how files are split across ranks and workers,
+    checkpoints and errors. Any store obstore reaches: ``s3://``, ``gs://``, ``az://``,
+    ``http(s)://``, ``file://``, ``memory://``.
+
+    Args:
+        urls: the files' URLs, or one string with a brace pattern
+            (``"s3://bucket/part-{0000..0099}.jsonl.gz"``). Each name ends with
+            ``.jsonl``, ``.jsonl.gz`` or ``.jsonl.zst``.
+        decode: turns a parsed line into the sample the loader collates (a callable;
+            runs where the file is read: in the worker with ``num_workers > 0``).
+            Default: the parsed value as it is.
+        shuffle_files: a new order of the files every epoch (from ``seed`` and the
+            epoch; see :meth:`set_epoch`).
+        shuffle_buffer: samples held in a shuffle buffer (0 or 1: none).
+        seed: the seed of the shuffles.
+        rank: this process's rank (default: the ``RANK`` environment variable, else 0).
+        world_size: the number of ranks (default: ``WORLD_SIZE``, else 1).
+        files_in_flight: files each worker (or the loader's loop) streams at once, one
+            line from each in turn (deterministic). Default: 1.
+        cache_dir: a local folder that keeps every file read whole, so that later epochs
+            read it from disk (see :class:`~aioload.sources.LocalCache`).
+        cache_limit: the most bytes the cache takes on disk (an int, or ``"50GB"``).
+        chunk_size: the least bytes a read from the store hands on at once (default
+            1 MiB; smaller: a file's first lines come sooner).
+        **store_options: options of :func:`~aioload.sources.open_store`.
+
+    Raises:
+        ValueError, TypeError: no URL, a name with another suffix, a bad argument.
+        ImportError: a ``.jsonl.zst`` file without the ``zstandard`` package.
+
+    Example::
+
+        dataset = JsonLinesDataset("s3://bucket/chat-{0000..0099}.jsonl.zst",
+                                   decode=lambda row: row["text"], shuffle_files=True,
+                                   shuffle_buffer=10_000, **credentials)
+        loader = DataLoader(dataset, batch_size=32, num_workers=4,
+                            collate_fn=list, on_error="skip", max_skipped=100)
+        for epoch in range(3):
+            dataset.set_epoch(epoch)
+            for batch in loader:
+                ...
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        decode: Callable[[Any], Any] | None = None,
+        shuffle_files: bool = False,
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        files_in_flight: int = 1,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        chunk_size: int = STREAM_CHUNK,
+        **store_options: Any,
+    ) -> None:
+        self.urls = expand_urls(urls)
+        if not self.urls:
+            raise ValueError("JsonLinesDataset needs at least one file URL")
+        if decode is not None and not callable(decode):
+            raise TypeError(f"decode should be a callable (parsed line -> sample); got {decode!r}")
+        if cache_dir is None and cache_limit is not None:
+            raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
+        for name, value, low in (
+            ("shuffle_buffer", shuffle_buffer, 0),
+            ("seed", seed, 0),
+            ("files_in_flight", files_in_flight, 1),
+            ("chunk_size", chunk_size, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} should be an int >= {low}; got {value!r}")
+        self.rank, self.world_size = rank_and_world_size(rank, world_size)
+        self.decode = decode
+        self.shuffle_files = bool(shuffle_files)
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self.files_in_flight = files_in_flight
+        self.chunk_size = chunk_size
+        self.epoch = 0
+        self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
+        self._counts = SourceCounter()
+        self._resume: StreamState | None = None  # loaded by load_state_dict, for the next iter
+        self._live: tuple[TrackedStream, dict[str, Any]] | None = None  # the stream being read
+        self._locations: dict[str, StoreLocation] = {}
+        self._paths: list[tuple[str, str]] = []
+        self._compressions: list[Compression] = []
+        for url in self.urls:
+            parts = urlsplit(url)
+            path = parts.path.lstrip("/")
+            compression = compression_of(path)
+            if compression is None:
+                raise ValueError(
+                    f"{redact_url(url)!r} is not a JSON-lines file: a name should end with "
+                    f"{', '.join(SUFFIXES)} (the suffix says the compression)"
+                )
+            if compression == "zstd" and "zstd" not in self._compressions:
+                zstd_decompressor()  # the extra is missing: say so now
+            root = f"{parts.scheme}://{parts.netloc}/"
+            if root not in self._locations:
+                self._locations[root] = StoreLocation(root, store_options)
+            self._paths.append((root, path))
+            self._compressions.append(compression)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
+
+        Call it before each epoch, in every rank, with the same value.
+
+        Example::
+
+            for epoch in range(10):
+                dataset.set_epoch(epoch)
+                for batch in loader: ...
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
+        self.epoch = epoch
+
+    def take_source_counts(self) -> SourceCounts | None:
+        """Cache hits and misses and bytes from the store since the previous call.
+
+        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
+        (see :mod:`aioload.source_stats`).
+
+        Example::
+
+            dataset.take_source_counts()   # SourceCounts(cache_hits=0, ..., store_bytes=...)
+        """
+        return self._counts.take()
+
+    def files(self, worker: int = 0, num_workers: int = 1) -> list[str]:
+        """The URLs worker ``worker`` of ``num_workers`` of this rank reads this epoch.
+
+        Example::
+
+            JsonLinesDataset(["file:///d/a.jsonl", "file:///d/b.jsonl"], rank=1,
+                             world_size=2).files()   # ['file:///d/b.jsonl']
+        """
+        order = self._order_of(self.epoch)
+        return [self.urls[i] for i in order[self.rank :: self.world_size][worker::num_workers]]
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        self._live = None  # a new iteration: the last one's state is no longer where it stands
+        return self._stream(None)
+
+    def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
+        """The stream under the loader's fault policy (see :mod:`aioload.stream_faults`).
+
+        The samples and their order are those of ``aiter(dataset)``; a line that does not
+        parse (or whose ``decode`` raises) is skipped alone, a file read that fails
+        transiently is retried from its next line, and a file that cannot be read is
+        skipped from the line where it failed.
+
+        Example::
+
+            loader = DataLoader(dataset, batch_size=32, collate_fn=list,
+                                on_error="skip", max_skipped=10)
+            list(loader)
+            loader.skipped   # [SkippedItem(key='s3://b/a.jsonl:17', ..., where='... line 17 ...')]
+        """
+        self._live = None
+        return self._stream(guard)
+
+    async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
+        info = get_worker_info()
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        items = await self._tracked(worker, num_workers, guard)
+        if guard is not None:  # parsed after the shuffle, a failure skipped by its ref
+            parsed = decoded(items, self.urls, self._parse, guard, self._describe)
+            async with aclosing(parsed) as samples:
+                async for sample in samples:
+                    yield sample
+            return
+        async with aclosing(items):
+            async for line, ref in items:
+                try:
+                    sample = self._parse(line)
+                except Exception as error:
+                    _, where = self._describe(line, ref)
+                    error.add_note(f"raised while reading {where}")
+                    raise
+                yield sample
+
+    def _parse(self, line: bytes) -> Any:
+        value = json.loads(line)
+        return value if self.decode is None else self.decode(value)
+
+    def _describe(self, line: Any, ref: Ref | None) -> tuple[Any, str | None]:
+        """A line's key in a skip record (``url:line``), and where it is."""
+        if ref is None:
+            return None, None
+        url = redact_url(self.urls[ref[0]])
+        where = f"{url}, line {ref[1] + 1}"
+        if self._compressions[ref[0]] == "none":
+            where += f", byte {ref[2]}"
+        return f"{url}:{ref[1] + 1}", where
+
+    async def _tracked(
+        self, worker: int, num_workers: int, guard: StreamGuard | None
+    ) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+        """This worker's stream, as ``(line, ref)``: fresh, or resumed from the state
+        loaded last. Under ``guard`` its runs are read by :func:`guarded_runs`."""
+        layout = self._layout(self.rank, self.world_size, worker, num_workers)
+        resume, self._resume = self._resume, None
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
+        buffer: list[tuple[Any, Ref]] = []
+        draining = False
+        if resume is None:
+            runs = self._plan(self.epoch, self.rank, self.world_size, worker, num_workers)
+        elif resume.layout == layout:
+            # The same split: continue exactly, buffer, generator and turn order included.
+            runs = resume.runs
+            if resume.rng is not None:
+                rng.bit_generator.state = resume.rng
+            lines = await self._reread(resume.buffer)
+            buffer, draining = list(zip(lines, resume.buffer, strict=True)), resume.draining
+        else:
+            runs = self._resplit([resume], worker, num_workers)
+        open_run: OpenRun = self._run_lines
+        if guard is not None:
+            open_run = guarded_runs(open_run, self.urls, guard, self._rest_of_file)
+        stream = TrackedStream(
+            runs, open_run, self.files_in_flight, self.shuffle_buffer, rng, buffer, draining
+        )
+        self._live = (stream, layout)
+        return stream.items()
+
+    def _rest_of_file(self, url: str, left: Run) -> str:
+        where = f"{url}: the rest of the file, from line {left.start + 1}"
+        if self._compressions[left.shard] == "none":
+            where += f" (byte {left.offset})"
+        return where
+
+    def _layout(self, rank: int, world_size: int, worker: int, num_workers: int) -> dict[str, Any]:
+        """What a stream's order depends on: a state resumes exactly where it is the same."""
+        return {
+            "rank": rank,
+            "world_size": world_size,
+            "worker": worker,
+            "num_workers": num_workers,
+            "split": "files",
+            "shuffle_buffer": self.shuffle_buffer,
+            "files_in_flight": self.files_in_flight,
+            "seed": self.seed,
+            "shuffle_files": self.shuffle_files,
+        }
+
+    def _order_of(self, epoch: int) -> list[int]:
+        order = np.arange(len(self.urls))
+        if self.shuffle_files:
+            order = np.random.default_rng([self.seed, epoch]).permutation(order)
+        return [int(i) for i in order]
+
+    def _plan(
+        self, epoch: int, rank: int, world_size: int, worker: int, num_workers: int
+    ) -> list[Run]:
+        """What a worker reads of epoch ``epoch``, from its start, as runs (whole files)."""
+        order = self._order_of(epoch)
+        return [Run(file, 0, 0, -1) for file in order[rank::world_size][worker::num_workers]]
+
+    def _resplit(self, states: Sequence[StreamState], worker: int, num_workers: int) -> list[Run]:
+        return resplit(
+            states,
+            self._order_of(states[0].epoch),
+            rank=self.rank,
+            world_size=self.world_size,
+            worker=worker,
+            num_workers=num_workers,
+            batch_size=None,
+            offset_of=None,
+        )
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _open(
+        self, number: int, byte_range: int | tuple[int, int] = 0
+    ) -> AsyncGenerator[bytes, None]:
+        """File ``number``'s stored bytes, whole (through the cache, if any), from an
+        offset or a ``(first, end)`` range (from the store: one GET)."""
+        url = redact_url(self.urls[number])
+        root, path = self._paths[number]
+        location = self._locations[root]
+        opener = partial(_open_file, location, path, url, self._counts, self.chunk_size)
+        if self.cache is None or byte_range != 0:
+            return _chunks(opener, byte_range)
+        return self.cache.stream(
+            entry_identity(url, location.store),
+            path.rpartition("/")[2],
+            opener,
+            self._counts,
+        )
+
+    def _lines_from(
+        self, number: int, line: int, offset: int
+    ) -> AsyncGenerator[tuple[int, bytes, int, int], None]:
+        """File ``number``'s lines from line ``line`` at byte ``offset`` (of its plain
+        bytes); a compressed file's from its start (the caller passes lines over)."""
+        url = redact_url(self.urls[number])
+        compression = self._compressions[number]
+        if compression != "none" or offset == 0:
+            stream = decompressed(self._open(number), compression, url)
+            return _closing_lines(stream, 0, 0)
+        # From the byte before: it must end a line, or the state is of another file.
+        return _closing_lines(_after_newline(self._open(number, offset - 1), url), line, offset)
+
+    async def _run_lines(self, run: Run) -> LineRead:
+        """The non-blank lines of ``run`` with their refs, as they arrive.
+
+        ``last`` marks a file's last sample (a run to the file's end), so that a run
+        drained to its end is not opened again on resume: a line is handed on once
+        the next non-blank one (or the file's end) has arrived.
+        """
+        if run.empty:
+            return
+        number, stop = run.shard, run.stop
+        url = redact_url(self.urls[number])
+        if (run.start == 0) != (run.offset == 0):
+            raise _other_file(url, run.start, run.offset)
+        held: tuple[bytes, Ref] | None = None
+        ended = True
+        reached = run.start == 0
+        try:
+            async with aclosing(self._lines_from(number, run.start, run.offset)) as lines:
+                async for line, content, first, end in lines:
+                    if line < run.start:
+                        continue
+                    if line == run.start:
+                        if first != run.offset:
+                            raise _other_file(url, run.start, run.offset)
+                        reached = True
+                    if stop != -1 and line >= stop:
+                        ended = False
+                        break
+                    if is_blank(content):
+                        continue
+                    if held is not None:
+                        yield held[0], held[1], False
+                    held = content, (number, line, first, end, _key(content))
+        except Exception:
+            if held is not None:  # a whole line read before the failure is not lost
+                yield held[0], held[1], False
+            raise
+        if not reached:
+            raise _other_file(url, run.start, run.offset)
+        if held is not None:
+            yield held[0], held[1], stop == -1 and ended
+
+    async def _reread(self, refs: Sequence[Ref]) -> list[bytes]:
+        """The lines ``refs`` name, read again: one ranged GET per run of neighbours in a
+        plain file, one read of each compressed file."""
+        if not refs:
+            return []
+        groups: list[list[Ref]] = []
+        for ref in sorted(refs, key=lambda ref: (ref[0], ref[1])):
+            last = groups[-1][-1] if groups else None
+            if (
+                last is not None
+                and last[0] == ref[0]
+                and (self._compressions[ref[0]] != "none" or last[3] == ref[2])
+            ):
+                groups[-1].append(ref)
+            else:
+                groups.append([ref])
+        found: dict[tuple[int, int], bytes] = {}
+
+        async def read(group: list[Ref]) -> None:
+            number = group[0][0]
+            url = redact_url(self.urls[number])
+            if self._compressions[number] == "none":
+                first, end = group[0][2], group[-1][3]
+                lines = _closing_lines(self._open(number, (first, end)), group[0][1], first)
+            else:
+                lines = self._lines_from(number, 0, 0)
+            wanted = {ref[1]: ref for ref in group}
+            async with aclosing(lines):
+                async for line, content, first, end in lines:
+                    ref = wanted.pop(line, None)
+                    if ref is None:
+                        continue
+                    if (first, end, _key(content)) != ref[2:]:
+                        raise ShardStateError(
+                            f"shard stream state: {url} has another line {line + 1} "
+                            f"(bytes {first} to {end}) than the state expects {list(ref)!r}: "
+                            "was the file rewritten?"
+                        )
+                    found[number, line] = content
+                    if not wanted:
+                        return
+            raise ShardStateError(
+                f"shard stream state: {url} ends before the lines the state names"
+            )
+
+        await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY)
+        return [found[ref[0], ref[1]] for ref in refs]
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """Where this process's stream stands: the lines it has not yielded, as JSON.
+
+        Taken by the loader after every batch (see :meth:`DataLoader.state_dict()
+        <aioload.DataLoader.state_dict>`): file numbers, line numbers, byte offsets and
+        the shuffle buffer's refs, never the lines themselves (the layout is
+        :mod:`aioload.sources.shard_state`'s, with ``"format": "aioload.jsonl-stream"``).
+        None before the first iteration.
+
+        Example::
+
+            state = dataset.state_dict()       # within an iteration
+            json.dumps(state)                  # plain JSON
+        """
+        if self._live is None:
+            if self._resume is None:
+                return None
+            return self._resume.to_json(len(self.urls), format=JSONL_STATE_FORMAT)
+        stream, layout = self._live
+        state = stream.state()
+        state.epoch, state.layout = self.epoch, layout
+        return state.to_json(len(self.urls), format=JSONL_STATE_FORMAT)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next iteration continue the stream ``state`` describes.
+
+        Its epoch replaces :meth:`set_epoch`'s for that iteration. With the same split
+        (rank, world size, worker, workers, buffer, files in flight) the stream continues
+        exactly; otherwise what is left is re-split (see :meth:`resume_streams`). The
+        state is checked completely before anything is read.
+
+        Raises:
+            ShardStateError: a malformed state, or one of other files or another kind
+                of dataset.
+
+        Example::
+
+            dataset.load_state_dict(json.load(open("stream.json")))
+        """
+        checked = check_state(state, shards=len(self.urls), format=JSONL_STATE_FORMAT)
+        self._resume = checked
+        self.epoch = checked.epoch
+
+    def resume_streams(
+        self, states: Sequence[Any], num_workers: int, batch_size: int | None
+    ) -> list[Any]:
+        """The states a resumed epoch gives each of ``num_workers`` workers (one, with 0).
+
+        The loader's hook for an elastic resume (see :mod:`aioload.checkpoint`): states of
+        this loader's split are returned as they are; otherwise every line they have left
+        is re-split, by runs in the epoch's file order, over this rank's workers (a file
+        begun stays one unit), with a fresh shuffle buffer.
+
+        Raises:
+            ShardStateError: a malformed state, or one of other files.
+
+        Example::
+
+            states = dataset.resume_streams(recorded, num_workers=1, batch_size=32)
+        """
+        workers = max(num_workers, 1)
+        parsed = [
+            None if s is None else check_state(s, shards=len(self.urls), format=JSONL_STATE_FORMAT)
+            for s in states
+        ]
+        known = [state for state in parsed if state is not None]
+        if not known:
+            return [None] * workers
+        epoch = known[0].epoch
+        if any(state.epoch != epoch for state in known):
+            raise ShardStateError("shard stream state: the states are of different epochs")
+        layouts = [self._layout(self.rank, self.world_size, i, workers) for i in range(workers)]
+        if len(parsed) == workers and all(
+            state is None or state.layout == layouts[i] for i, state in enumerate(parsed)
+        ):
+            return list(states)
+        filled = [
+            state
+            if state is not None
+            else StreamState(
+                epoch, {}, self._plan(epoch, self.rank, self.world_size, i, len(parsed))
+            )
+            for i, state in enumerate(parsed)
+        ]
+        return [
+            StreamState(epoch, layouts[i], self._resplit(filled, i, workers)).to_json(
+                len(self.urls), format=JSONL_STATE_FORMAT
+            )
+            for i in range(workers)
+        ]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The stream being read (tasks, open reads) stays in the process that reads it.
+        return {**self.__dict__, "_live": None}
+
+    def __repr__(self) -> str:
+        return f"JsonLinesDataset({len(self.urls)} files, e.g. {redact_url(self.urls[0])!r})"
+
+
+def _key(content: bytes) -> str:
+    """What a ref checks a line by when it is read again: its CRC-32, in hex."""
+    return f"{zlib.crc32(content):08x}"
+
+
+def _other_file(url: str, line: int, offset: int) -> ShardStateError:
+    return ShardStateError(
+        f"shard stream state: {url} has no line {line + 1} at byte {offset}: "
+        "the state is of other files"
+    )
+
+
+async def _open_file(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    counts: SourceCounter,
+    chunk_size: int,
+    byte_range: int | tuple[int, int] = 0,
+) -> tuple[int, AsyncGenerator[bytes, None]]:
+    """The file's size and its bytes from ``byte_range`` on, as they arrive (counted)."""
+    return await open_read(location, path, url, counts, byte_range, chunk_size)
+
+
+async def _chunks(
+    opener: Callable[[int | tuple[int, int]], Any], byte_range: int | tuple[int, int]
+) -> AsyncGenerator[bytes, None]:
+    _, chunks = await opener(byte_range)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
+
+
+async def _after_newline(
+    chunks: AsyncGenerator[bytes, None], url: str
+) -> AsyncGenerator[bytes, None]:
+    """``chunks`` without their first byte, which must be a newline (a line's end)."""
+    first = True
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            if first and chunk:
+                if chunk[:1] != b"\n":
+                    raise ShardStateError(
+                        f"shard stream state: {url} has no line starting where the state "
+                        "says: the state is of other files"
+                    )
+                first, chunk = False, chunk[1:]
+            if chunk:
+                yield chunk
+
+
+async def _closing_lines(
+    chunks: AsyncGenerator[bytes, None], line: int, position: int
+) -> AsyncGenerator[tuple[int, bytes, int, int], None]:
+    """:func:`numbered_lines` of ``chunks``, closing them whatever ends the iteration."""
+    async with aclosing(chunks):
+        async for item in numbered_lines(chunks, line, position):
+            yield item

@@ -1,0 +1,227 @@
+"""The lines of a JSON-lines file as its bytes arrive: decompression, then lines with bytes.
+
+:func:`compression_of` tells a file's compression by its name (``.jsonl``, ``.jsonl.gz``,
+``.jsonl.zst``); :func:`decompressed` turns a stream of compressed chunks into a stream
+of decompressed ones (gzip through :mod:`zlib`, every member of a concatenated file;
+zstd through the ``zstandard`` package, every frame), never holding more than a chunk's
+worth; :func:`numbered_lines` splits chunks into lines with :class:`LineSplitter`.
+
+A line ends with ``\\n`` (a ``\\r`` before it is dropped too); the last one may have no
+newline. A line's bytes, ``first`` to ``end - 1``, are positions in the (decompressed)
+stream, its terminator included: ``end`` is where the next line starts. A UTF-8 byte
+order mark at the stream's first byte is left out of the first line's content.
+
+Example::
+
+    >>> splitter = LineSplitter()
+    >>> splitter.feed(b'{"a": 1}\\r\\n{"a"') + splitter.feed(b": 2}") + splitter.finish()
+    [(b'{"a": 1}', 0, 10), (b'{"a": 2}', 10, 18)]
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any, Literal
+
+__all__ = [
+    "SUFFIXES",
+    "Compression",
+    "LineSplitter",
+    "compression_of",
+    "decompressed",
+    "is_blank",
+    "numbered_lines",
+    "zstd_decompressor",
+]
+
+Compression = Literal["none", "gzip", "zstd"]
+"""How a JSON-lines file is stored."""
+
+SUFFIXES: dict[str, Compression] = {".jsonl": "none", ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}
+"""The names a JSON-lines file may end with, and the compression each one means."""
+
+BOM = b"\xef\xbb\xbf"
+OUT_CHUNK = 1 << 20  # the most decompressed bytes gzip hands on at once
+_BLANK = b" \t\r\n"  # JSON's whitespace
+
+
+def compression_of(path: str) -> Compression | None:
+    """The compression a file's name says (case ignored); None: not a JSON-lines name.
+
+    Example::
+
+        >>> compression_of("s3://b/part-0.jsonl.gz"), compression_of("x.json")
+        ('gzip', None)
+    """
+    name = path.lower()
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return SUFFIXES[suffix]
+    return None
+
+
+def is_blank(content: bytes) -> bool:
+    """Whether a line holds only whitespace (such a line is no sample)."""
+    return not content.strip(_BLANK)
+
+
+def zstd_decompressor() -> Any:
+    """A ``zstandard.ZstdDecompressor``; a clear ImportError without the ``jsonl`` extra."""
+    try:
+        import zstandard
+    except ImportError as error:
+        raise ImportError(
+            "reading .jsonl.zst files needs the zstandard package: "
+            "pip install 'aioload-data[jsonl]'"
+        ) from error
+    return zstandard.ZstdDecompressor()
+
+
+class LineSplitter:
+    """Splits a byte stream fed in chunks of any size into lines, with their positions.
+
+    Args:
+        position: the stream position of the first byte fed (a read from an offset).
+            At position 0 a UTF-8 byte order mark is left out of the first line.
+
+    Example::
+
+        >>> LineSplitter(100).feed(b"[1]\\n[2]\\n")
+        [(b'[1]', 100, 104), (b'[2]', 104, 108)]
+    """
+
+    __slots__ = ("_pending", "_start")
+
+    def __init__(self, position: int = 0) -> None:
+        self._pending = bytearray()  # the start of a line not ended yet
+        self._start = position  # where that line starts
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, int, int]]:
+        """The lines ``chunk`` ends: ``(content, first, end)``, terminators left out."""
+        lines = []
+        at = 0
+        while True:
+            newline = chunk.find(b"\n", at)
+            if newline < 0:
+                break
+            if self._pending:
+                self._pending += chunk[at : newline + 1]
+                raw = bytes(self._pending)
+                self._pending.clear()
+            else:
+                raw = chunk[at : newline + 1]
+            lines.append(self._line(raw))
+            at = newline + 1
+        if at < len(chunk):
+            self._pending += chunk[at:]
+        return lines
+
+    def finish(self) -> list[tuple[bytes, int, int]]:
+        """The last line, if the stream ended without a newline after it."""
+        if not self._pending:
+            return []
+        raw = bytes(self._pending)
+        self._pending.clear()
+        return [self._line(raw)]
+
+    def _line(self, raw: bytes) -> tuple[bytes, int, int]:
+        first = self._start
+        end = first + len(raw)
+        self._start = end
+        content = raw[:-1] if raw.endswith(b"\n") else raw
+        if content.endswith(b"\r"):
+            content = content[:-1]
+        if first == 0 and content.startswith(BOM):
+            content = content[len(BOM) :]
+        return content, first, end
+
+
+async def numbered_lines(
+    chunks: AsyncIterator[bytes], line: int = 0, position: int = 0
+) -> AsyncGenerator[tuple[int, bytes, int, int], None]:
+    """``(number, content, first, end)`` for every line of ``chunks``, blank ones too.
+
+    Args:
+        chunks: the (decompressed) bytes, from ``position`` on.
+        line: the number of the first line (0-based).
+        position: the stream position of the first byte.
+    """
+    splitter = LineSplitter(position)
+    async for chunk in chunks:
+        for content, first, end in splitter.feed(chunk):
+            yield line, content, first, end
+            line += 1
+    for content, first, end in splitter.finish():
+        yield line, content, first, end
+
+
+async def decompressed(
+    chunks: AsyncGenerator[bytes, None], compression: Compression, url: str
+) -> AsyncGenerator[bytes, None]:
+    """The bytes of ``chunks`` decompressed, as they arrive (``"none"``: as they are).
+
+    Raises:
+        EOFError: the file ends inside a gzip member or zstd frame (truncated).
+        ValueError: the bytes are not gzip (or zstd) data.
+        ImportError: a zstd file without the ``zstandard`` package.
+    """
+    async with aclosing(chunks):
+        if compression == "none":
+            async for chunk in chunks:
+                yield chunk
+        elif compression == "gzip":
+            async for chunk in _gunzipped(chunks, url):
+                yield chunk
+        else:
+            async for chunk in _unzstd(chunks, url):
+                yield chunk
+
+
+async def _gunzipped(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:
+    member = zlib.decompressobj(wbits=31)
+    started = False  # the current member has had bytes
+    async for chunk in chunks:
+        data = chunk
+        started = started or bool(data)
+        while data or started:
+            try:
+                out = member.decompress(data, OUT_CHUNK)
+            except zlib.error as error:
+                raise ValueError(f"{url}: not gzip data, or corrupt: {error}") from error
+            if out:
+                yield out
+            if member.eof:  # a member ended: another may follow (a concatenated file)
+                data = member.unused_data
+                member, started = zlib.decompressobj(wbits=31), bool(data)
+                continue
+            data = member.unconsumed_tail
+            if not data and len(out) < OUT_CHUNK:
+                break  # all of the chunk is in, and out (more may be held for the next)
+    if started:
+        raise EOFError(f"{url}: the gzip data ends early (a truncated file)")
+
+
+async def _unzstd(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:
+    import zstandard
+
+    decompressor = zstd_decompressor()
+    frame = decompressor.decompressobj()
+    started = False  # the current frame has had bytes
+    async for chunk in chunks:
+        data = chunk
+        while data:
+            started = True
+            try:
+                out = frame.decompress(data)
+            except zstandard.ZstdError as error:
+                raise ValueError(f"{url}: not zstd data, or corrupt: {error}") from error
+            if out:
+                yield out
+            if not frame.eof:
+                break
+            data = frame.unused_data  # a frame ended: another may follow
+            frame, started = decompressor.decompressobj(), False
+    if started:
+        raise EOFError(f"{url}: the zstd data ends early (a truncated file)")

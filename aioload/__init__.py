@@ -35,6 +35,7 @@ from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, Dat
 from aioload.policy import FaultPolicy, RetryPolicy, SkippedItem
 from aioload.progressbar import progress
 from aioload.ranks import rank_and_world_size, split_by_rank_and_worker
+from aioload.row_block import RowBlock
 from aioload.samplers import (
     BatchSampler,
     DistributedSampler,
@@ -69,6 +70,7 @@ __all__ = [
     "LoaderTimeoutError",
     "RandomSampler",
     "RetryPolicy",
+    "RowBlock",
     "Sampler",
     "SequentialSampler",
     "SharedList",

@@ -26,6 +26,14 @@ EXAMPLES = [
         [],
         ["each exactly once", "ObjectDataset with the listing as sampler: 512 objects"],
     ),
+    (
+        "parquet.py",
+        [],
+        [
+            "ParquetDataset, shuffled: 10000 rows, each exactly once",
+            "2 workers, stopped after 10 batches and resumed: 10000 rows, each exactly once",
+        ],
+    ),
     ("resume.py", [], ["ok: every one of the 1000 samples exactly once"]),
     ("resume.py", ["--workers", "2"], ["ok: every one of the 1000 samples exactly once"]),
 ]

@@ -33,7 +33,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ import pyarrow as pa
 from aioload.collate import default_collate
 from aioload.row_block import RowBlock
 
-__all__ = ["ArrowRows", "column_rows"]
+__all__ = ["ArrowRows", "column_rows", "numeric_views"]
 
 
 def _is_plain(kind: pa.DataType) -> bool:
@@ -68,12 +68,11 @@ def _is_list(kind: pa.DataType) -> bool:
 
 
 def _as_numpy(array: pa.Array) -> np.ndarray[Any, Any]:
-    kind = array.type
-    if not array.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+    view = _view_dtype(array.type)
+    if view is not None and not array.null_count:
         # Arrow's own buffer, viewed: what to_numpy gives, at a tenth of its cost.
-        dtype = np.dtype(kind.to_pandas_dtype())
         data = array.buffers()[1]
-        return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
+        return np.frombuffer(data, view, count=len(array), offset=array.offset * view.itemsize)
     values: np.ndarray[Any, Any] = array.to_numpy(zero_copy_only=False)
     if array.null_count and _is_number(array.type):
         return values.astype(np.float64, copy=False)
@@ -100,17 +99,53 @@ def column_rows(array: pa.Array) -> Sequence[Any]:
     return array.to_pylist()  # type: ignore[no-any-return]
 
 
+_VIEWS: dict[pa.DataType, np.dtype[Any] | None] = {}  # a type's numpy view dtype, or None
+
+
+def _view_dtype(kind: pa.DataType) -> np.dtype[Any] | None:
+    """The dtype numpy views a null-free array of ``kind`` with (None: no plain view)."""
+    try:
+        return _VIEWS[kind]
+    except KeyError:
+        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+        view = np.dtype(kind.to_pandas_dtype()) if numeric else None
+        _VIEWS[kind] = view
+        return view
+
+
 def _column_batch(column: pa.ChunkedArray) -> Any:
     kind = column.type
+    view = _view_dtype(kind)
+    if view is not None and not column.null_count:
+        # The fast path of a batch's numbers: Arrow's buffers viewed, copied once into a
+        # fresh, writable array (as default_collate's).
+        chunks = column.chunks
+        if len(chunks) == 1:
+            chunk = chunks[0]
+            data = chunk.buffers()[1]
+            return np.frombuffer(data, view, len(chunk), chunk.offset * view.itemsize).copy()
+        return (
+            np.concatenate([_as_numpy(chunk) for chunk in chunks]) if chunks else np.zeros(0, view)
+        )
     if _is_plain(kind) and (not column.null_count or _is_number(kind)):
-        # A fresh, writable array, as default_collate's: one copy out of Arrow's buffers.
         parts = [_as_numpy(chunk) for chunk in column.chunks]
         if len(parts) == 1:
             return np.array(parts[0])
         if not parts:
-            return np.zeros(0, dtype=column.type.to_pandas_dtype())
+            return np.zeros(0, dtype=kind.to_pandas_dtype())
         return np.concatenate(parts)
     return default_collate(column_rows(column.combine_chunks()))
+
+
+def numeric_views(table: pa.Table) -> dict[str, np.ndarray[Any, Any]]:
+    """The table's null-free integer and float columns as numpy arrays over Arrow's memory
+    (read-only views; a column in several chunks is joined, once)."""
+    views = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if _view_dtype(column.type) is not None and not column.null_count:
+            chunks = column.chunks
+            views[name] = _as_numpy(chunks[0] if len(chunks) == 1 else column.combine_chunks())
+    return views
 
 
 class ArrowRows(RowBlock):
@@ -118,6 +153,8 @@ class ArrowRows(RowBlock):
 
     Args:
         table: the rows; its chunks are combined once, when a column is first needed.
+        views: some of its columns as numpy arrays already (:func:`numeric_views`, sliced
+            as the table is): a batch copies them as they are.
 
     Example::
 
@@ -125,8 +162,11 @@ class ArrowRows(RowBlock):
         len(block), block[0], default_collate(block)
     """
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(
+        self, table: pa.Table, views: Mapping[str, np.ndarray[Any, Any]] | None = None
+    ) -> None:
         self.table = table
+        self._views = views or {}
         self._columns: list[pa.Array] | None = None
         self._rows: list[Sequence[Any]] | None = None
 
@@ -167,9 +207,12 @@ class ArrowRows(RowBlock):
         """``default_collate(self.rows())``, column by column."""
         if not len(self):
             raise IndexError("an empty block has no batch")  # default_collate([]) fails too
+        views = self._views
         table = self.table
+        if len(views) == table.num_columns:
+            return {name: views[name].copy() for name in table.column_names}
         return {
-            name: _column_batch(column)
+            name: views[name].copy() if name in views else _column_batch(column)
             for name, column in zip(table.column_names, table.columns, strict=True)
         }
 

@@ -220,9 +220,9 @@ class ParquetFiles:
         file, group = self.units[unit]
         return f"{redact_url(self.urls[file])}, row group {group}"
 
-    def file_url(self, unit: int) -> str:
-        """The (redacted) URL of the file unit ``unit`` is in."""
-        return redact_url(self.urls[self.units[unit][0]])
+    def file_of(self, unit: int) -> int:
+        """The number of the file unit ``unit`` is in."""
+        return self.units[unit][0]
 
     async def read(self, unit: int) -> pa.Table:
         """Unit ``unit``'s requested columns, as an Arrow table (see the module docstring)."""

@@ -273,6 +273,7 @@ class IterableParquetDataset(IterableDataset[Any]):
             self.shuffle_buffer,
             rng,
             files.describe,
+            files.file_of,
             guard,
             buffer,
             ready,
@@ -297,7 +298,7 @@ class IterableParquetDataset(IterableDataset[Any]):
                 short = isinstance(piece, Piece) and drop_last and len(piece) < batch_size
                 if piece is None or short:
                     return
-                yield ArrowRows(piece.table) if isinstance(piece, Piece) else piece
+                yield ArrowRows(piece.table, piece.views) if isinstance(piece, Piece) else piece
         finally:
             await stream.aclose()
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from aioload.sources.arrow_rows import numeric_views
 from aioload.sources.parquet_state import RowsState, refs_of, runs_of
 from aioload.sources.rank_split import Segment, take
 from aioload.stream_faults import StreamGuard
@@ -43,22 +44,27 @@ ReadUnits = Callable[[list[int]], Awaitable[list[pa.Table]]]
 """Reads some units' tables (every requested column, all their rows), in order."""
 
 
-class Piece:
-    """Rows of a stream: their table, and which rows they are — as runs of one unit's
-    consecutive rows (rows straight from the input) or as ``refs``, an ``(n, 2)`` array of
-    unit, row (rows out of the shuffle buffer)."""
+Views = dict[str, np.ndarray[Any, Any]]
 
-    __slots__ = ("_refs", "_runs", "table")
+
+class Piece:
+    """Rows of a stream: their table, its numeric columns as numpy views, and which rows
+    they are — as runs of one unit's consecutive rows (rows straight from the input) or as
+    ``refs``, an ``(n, 2)`` array of unit, row (rows out of the shuffle buffer)."""
+
+    __slots__ = ("_refs", "_runs", "table", "views")
 
     def __init__(
         self,
         table: pa.Table,
         refs: np.ndarray[Any, Any] | None = None,
         runs: list[Segment] | None = None,
+        views: Views | None = None,
     ) -> None:
         self.table = table
         self._refs = refs
         self._runs = runs
+        self.views = views if views is not None else {}
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
@@ -79,15 +85,23 @@ class Piece:
     def cut(self, count: int) -> tuple[Piece, Piece]:
         """The first ``count`` rows, and the rest."""
         head, tail = self.table.slice(0, count), self.table.slice(count)
+        views = self.views
+        head_views = {name: view[:count] for name, view in views.items()}
+        tail_views = {name: view[count:] for name, view in views.items()}
         if self._runs is None:
-            return Piece(head, self.refs[:count]), Piece(tail, self.refs[count:])
-        return Piece(head, runs=take(self._runs, 0, count)), Piece(
-            tail, runs=take(self._runs, count, len(self))
+            return (
+                Piece(head, self.refs[:count], views=head_views),
+                Piece(tail, self.refs[count:], views=tail_views),
+            )
+        return (
+            Piece(head, runs=take(self._runs, 0, count), views=head_views),
+            Piece(tail, runs=take(self._runs, count, len(self)), views=tail_views),
         )
 
     def take(self, positions: np.ndarray[Any, Any]) -> Piece:
         """The rows at ``positions``, in that order."""
-        return Piece(self.table.take(pa.array(positions)), self.refs[positions])
+        views = {name: view[positions] for name, view in self.views.items()}
+        return Piece(self.table.take(pa.array(positions)), self.refs[positions], views=views)
 
 
 def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
@@ -97,9 +111,11 @@ def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
     if not pieces:
         return Piece(schema.empty_table(), runs=[])
     table = pa.concat_tables([piece.table for piece in pieces])
+    names = set.intersection(*(set(piece.views) for piece in pieces))
+    views = {name: np.concatenate([piece.views[name] for piece in pieces]) for name in names}
     if all(piece._runs is not None for piece in pieces):
-        return Piece(table, runs=[run for piece in pieces for run in piece.runs()])
-    return Piece(table, np.concatenate([piece.refs for piece in pieces]))
+        return Piece(table, runs=[run for piece in pieces for run in piece.runs()], views=views)
+    return Piece(table, np.concatenate([piece.refs for piece in pieces]), views=views)
 
 
 class RowStream:
@@ -114,6 +130,7 @@ class RowStream:
         shuffle: the shuffle buffer's rows (0 or 1: no shuffle).
         rng: the shuffle buffer's generator.
         describe: ``"<file>, row group <n>"`` of a unit, for skip records.
+        file_of: the file a unit is in (a refill reads each file's units with one call).
         guard: the loader's fault policy (None: errors raise).
         buffer: rows already in the buffer (a resumed stream), in slot order.
         ready: rows out of the buffer not yet delivered (a resumed stream).
@@ -122,7 +139,7 @@ class RowStream:
     Example::
 
         stream = RowStream(runs, files.read_many, files.schema, 64 << 20, files.unit_bytes,
-                           10_000, rng, files.describe)
+                           10_000, rng, files.describe, files.file_of)
         piece = await stream.take(256)    # a Piece, a skip marker, or None at the end
         stream.state(epoch, layout)       # what is left
         await stream.aclose()
@@ -138,6 +155,7 @@ class RowStream:
         shuffle: int,
         rng: np.random.Generator,
         describe: Callable[[int], str],
+        file_of: Callable[[int], int],
         guard: StreamGuard | None = None,
         buffer: Piece | None = None,
         ready: Piece | None = None,
@@ -152,6 +170,7 @@ class RowStream:
         self._shuffle = shuffle if shuffle > 1 else 0
         self._rng = rng
         self._describe = describe
+        self._file_of = file_of
         self._guard = guard
         # Each row range being read, the read (shared by a refill's ranges), its table's number.
         self._reading: deque[tuple[Segment, asyncio.Task[list[pa.Table]], int]] = deque()
@@ -240,16 +259,24 @@ class RowStream:
             return
         segments: list[Segment] = []
         while self._pending and (
-            (not self._reading
-            and not segments)
+            (not self._reading and not segments)
             or self._bytes_reading + sizes[self._pending[0].shard] <= budget
         ):
             segment = self._pending.popleft()
             segments.append(segment)
             self._bytes_reading += sizes[segment.shard]
-        task = asyncio.ensure_future(self._read_units([segment.shard for segment in segments]))
-        for number, segment in enumerate(segments):
-            self._reading.append((segment, task, number))
+        # One read per file: the first file's rows go out while the others still arrive.
+        by_file: dict[int, list[int]] = {}
+        for segment in segments:
+            by_file.setdefault(self._file_of(segment.shard), []).append(segment.shard)
+        tasks = {
+            file: asyncio.ensure_future(self._read_units(units)) for file, units in by_file.items()
+        }
+        taken: dict[int, int] = {}
+        for segment in segments:
+            file = self._file_of(segment.shard)
+            number = taken[file] = taken.get(file, -1) + 1
+            self._reading.append((segment, tasks[file], number))
 
     async def _read_units(self, units: list[int]) -> list[pa.Table]:
         guard = self._guard
@@ -277,7 +304,10 @@ class RowStream:
             )
         self._done_reading()
         self._top_up()
-        return Piece(tables[number].slice(segment.start, len(segment)), runs=[segment])
+        table = tables[number]
+        first, stop = segment.start, segment.stop
+        views = {name: view[first:stop] for name, view in numeric_views(table).items()}
+        return Piece(table.slice(first, stop - first), runs=[segment], views=views)
 
     def _done_reading(self) -> None:
         segment, _, _ = self._reading.popleft()
@@ -305,7 +335,9 @@ async def read_rows(refs: np.ndarray[Any, Any], read: ReadUnits, schema: pa.Sche
     pieces, placed = [], []
     for unit, table in zip(units, tables, strict=True):
         positions = np.flatnonzero(refs[:, 0] == unit)
-        pieces.append(Piece(table.take(pa.array(refs[positions, 1])), refs[positions]))
+        rows = refs[positions, 1]
+        views = {name: view[rows] for name, view in numeric_views(table).items()}
+        pieces.append(Piece(table.take(pa.array(rows)), refs[positions], views=views))
         placed.append(positions)
     joined = join(pieces, schema)
     return joined.take(np.argsort(np.concatenate(placed), kind="stable"))

@@ -33,7 +33,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,9 +152,14 @@ class ArrowRows(RowBlock):
     """A batch of the rows of an Arrow table (see the module docstring for what they hold).
 
     Args:
-        table: the rows; its chunks are combined once, when a column is first needed.
+        table: the rows; its chunks are combined once, when a column is first needed. Or
+            a function that makes the table, called only when the table is needed (a
+            batch of ``views`` alone never needs it); ``names`` and ``length`` say then
+            what it will hold.
         views: some of its columns as numpy arrays already (:func:`numeric_views`, sliced
             as the table is): a batch copies them as they are.
+        names: the table's column names, with a function for ``table``.
+        length: its rows, with a function for ``table``.
 
     Example::
 
@@ -163,15 +168,36 @@ class ArrowRows(RowBlock):
     """
 
     def __init__(
-        self, table: pa.Table, views: Mapping[str, np.ndarray[Any, Any]] | None = None
+        self,
+        table: pa.Table | Callable[[], pa.Table],
+        views: Mapping[str, np.ndarray[Any, Any]] | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        length: int | None = None,
     ) -> None:
-        self.table = table
+        if callable(table):
+            if names is None or length is None:
+                raise TypeError("ArrowRows of a table to be made needs its names and length")
+            self._table: pa.Table | None = None
+            self._make: Callable[[], pa.Table] | None = table
+            self._names, self._length = list(names), length
+        else:
+            self._table, self._make = table, None
+            self._names, self._length = list(table.column_names), int(table.num_rows)
         self._views = views or {}
         self._columns: list[pa.Array] | None = None
         self._rows: list[Sequence[Any]] | None = None
 
+    @property
+    def table(self) -> pa.Table:
+        """The rows, as an Arrow table."""
+        if self._table is None:
+            assert self._make is not None
+            self._table = self._make()
+        return self._table
+
     def __len__(self) -> int:
-        return int(self.table.num_rows)
+        return self._length
 
     def _arrays(self) -> list[pa.Array]:
         if self._columns is None:
@@ -187,16 +213,13 @@ class ArrowRows(RowBlock):
         """Row ``index`` as a dict of column name to value."""
         if self._rows is None:
             self._rows = [column_rows(array) for array in self._arrays()]
-        return {
-            name: values[index]
-            for name, values in zip(self.table.column_names, self._rows, strict=True)
-        }
+        return {name: values[index] for name, values in zip(self._names, self._rows, strict=True)}
 
     def rows(self) -> list[Any]:
         """Every row, as dicts."""
         if self._rows is None:
             self._rows = [column_rows(array) for array in self._arrays()]
-        names = self.table.column_names
+        names = self._names
         return (
             [dict(zip(names, values, strict=True)) for values in zip(*self._rows, strict=True)]
             if names
@@ -208,13 +231,13 @@ class ArrowRows(RowBlock):
         if not len(self):
             raise IndexError("an empty block has no batch")  # default_collate([]) fails too
         views = self._views
+        if len(views) == len(self._names):
+            return {name: views[name].copy() for name in self._names}
         table = self.table
-        if len(views) == table.num_columns:
-            return {name: views[name].copy() for name in table.column_names}
         return {
             name: views[name].copy() if name in views else _column_batch(column)
             for name, column in zip(table.column_names, table.columns, strict=True)
         }
 
     def __repr__(self) -> str:
-        return f"ArrowRows({len(self)} rows, columns {self.table.column_names})"
+        return f"ArrowRows({len(self)} rows, columns {self._names})"

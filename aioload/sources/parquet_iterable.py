@@ -298,7 +298,11 @@ class IterableParquetDataset(IterableDataset[Any]):
                 short = isinstance(piece, Piece) and drop_last and len(piece) < batch_size
                 if piece is None or short:
                     return
-                yield ArrowRows(piece.table, piece.views) if isinstance(piece, Piece) else piece
+                if not isinstance(piece, Piece):
+                    yield piece  # a skip marker
+                    continue
+                names = self.files.schema.names  # type: ignore[union-attr]
+                yield ArrowRows(piece.make_table, piece.views, names=names, length=len(piece))
         finally:
             await stream.aclose()
 

@@ -48,11 +48,13 @@ Views = dict[str, np.ndarray[Any, Any]]
 
 
 class Piece:
-    """Rows of a stream: their table, its numeric columns as numpy views, and which rows
-    they are — as runs of one unit's consecutive rows (rows straight from the input) or as
-    ``refs``, an ``(n, 2)`` array of unit, row (rows out of the shuffle buffer)."""
+    """Rows of a stream: rows ``start`` to ``start + length - 1`` of a table (with numpy
+    views of its numeric columns), and which rows of the dataset they are — as runs of
+    one unit's consecutive rows (rows straight from the input) or as ``refs``, an ``(n, 2)``
+    array of unit, row (rows out of the shuffle buffer). Cutting one costs no Arrow work:
+    the table and views are sliced when asked for."""
 
-    __slots__ = ("_refs", "_runs", "table", "views")
+    __slots__ = ("_length", "_refs", "_runs", "_source", "_start", "_table", "_views")
 
     def __init__(
         self,
@@ -60,14 +62,37 @@ class Piece:
         refs: np.ndarray[Any, Any] | None = None,
         runs: list[Segment] | None = None,
         views: Views | None = None,
+        start: int = 0,
+        length: int | None = None,
     ) -> None:
-        self.table = table
+        self._source = table
+        self._views = views if views is not None else {}
+        self._start = start
+        self._length = int(table.num_rows) - start if length is None else length
+        whole = start == 0 and self._length == table.num_rows
+        self._table: pa.Table | None = table if whole else None
         self._refs = refs
         self._runs = runs
-        self.views = views if views is not None else {}
 
     def __len__(self) -> int:
-        return int(self.table.num_rows)
+        return self._length
+
+    @property
+    def table(self) -> pa.Table:
+        """The rows, as an Arrow table."""
+        return self.make_table()
+
+    def make_table(self) -> pa.Table:
+        """The rows, as an Arrow table (sliced on the first call)."""
+        if self._table is None:
+            self._table = self._source.slice(self._start, self._length)
+        return self._table
+
+    @property
+    def views(self) -> Views:
+        """The numeric columns viewed by numpy (a column without a view is not in it)."""
+        first, end = self._start, self._start + self._length
+        return {name: view[first:end] for name, view in self._views.items()}
 
     @property
     def refs(self) -> np.ndarray[Any, Any]:
@@ -84,24 +109,24 @@ class Piece:
 
     def cut(self, count: int) -> tuple[Piece, Piece]:
         """The first ``count`` rows, and the rest."""
-        head, tail = self.table.slice(0, count), self.table.slice(count)
-        views = self.views
-        head_views = {name: view[:count] for name, view in views.items()}
-        tail_views = {name: view[count:] for name, view in views.items()}
+        source, views, start, rest = self._source, self._views, self._start, self._length - count
         if self._runs is None:
+            head_refs, tail_refs = self.refs[:count], self.refs[count:]
             return (
-                Piece(head, self.refs[:count], views=head_views),
-                Piece(tail, self.refs[count:], views=tail_views),
+                Piece(source, head_refs, views=views, start=start, length=count),
+                Piece(source, tail_refs, views=views, start=start + count, length=rest),
             )
+        head_runs, tail_runs = take(self._runs, 0, count), take(self._runs, count, len(self))
         return (
-            Piece(head, runs=take(self._runs, 0, count), views=head_views),
-            Piece(tail, runs=take(self._runs, count, len(self)), views=tail_views),
+            Piece(source, runs=head_runs, views=views, start=start, length=count),
+            Piece(source, runs=tail_runs, views=views, start=start + count, length=rest),
         )
 
     def take(self, positions: np.ndarray[Any, Any]) -> Piece:
         """The rows at ``positions``, in that order."""
-        views = {name: view[positions] for name, view in self.views.items()}
-        return Piece(self.table.take(pa.array(positions)), self.refs[positions], views=views)
+        rows = positions + self._start
+        views = {name: view[rows] for name, view in self._views.items()}
+        return Piece(self._source.take(pa.array(rows)), self.refs[positions], views=views)
 
 
 def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
@@ -111,8 +136,9 @@ def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
     if not pieces:
         return Piece(schema.empty_table(), runs=[])
     table = pa.concat_tables([piece.table for piece in pieces])
-    names = set.intersection(*(set(piece.views) for piece in pieces))
-    views = {name: np.concatenate([piece.views[name] for piece in pieces]) for name in names}
+    each = [piece.views for piece in pieces]
+    names = set.intersection(*(set(views) for views in each))
+    views = {name: np.concatenate([piece_views[name] for piece_views in each]) for name in names}
     if all(piece._runs is not None for piece in pieces):
         return Piece(table, runs=[run for piece in pieces for run in piece.runs()], views=views)
     return Piece(table, np.concatenate([piece.refs for piece in pieces]), views=views)
@@ -306,8 +332,8 @@ class RowStream:
         self._top_up()
         table = tables[number]
         first, stop = segment.start, segment.stop
-        views = {name: view[first:stop] for name, view in numeric_views(table).items()}
-        return Piece(table.slice(first, stop - first), runs=[segment], views=views)
+        views = numeric_views(table)
+        return Piece(table, runs=[segment], views=views, start=first, length=stop - first)
 
     def _done_reading(self) -> None:
         segment, _, _ = self._reading.popleft()

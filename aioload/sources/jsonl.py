@@ -64,6 +64,7 @@ from aioload.sources.jsonl_lines import (
     numbered_lines,
     zstd_decompressor,
 )
+from aioload.sources.rank_split import epoch_order
 from aioload.sources.shard_faults import decoded, guarded_runs
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order
 from aioload.sources.shard_state import Ref, Run, ShardStateError, StreamState, check_state, resplit
@@ -71,6 +72,7 @@ from aioload.sources.shard_stream import OpenRun, TrackedStream
 from aioload.sources.shards import expand_urls
 from aioload.sources.store_reads import STREAM_CHUNK, open_read
 from aioload.sources.stores import StoreLocation
+from aioload.sources.stream_resume import resume_streams
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
@@ -338,10 +340,7 @@ class JsonLinesDataset(IterableDataset[Any]):
         }
 
     def _order_of(self, epoch: int) -> list[int]:
-        order = np.arange(len(self.urls))
-        if self.shuffle_files:
-            order = np.random.default_rng([self.seed, epoch]).permutation(order)
-        return [int(i) for i in order]
+        return epoch_order(len(self.urls), self.shuffle_files, self.seed, epoch)
 
     def _plan(
         self, epoch: int, rank: int, world_size: int, worker: int, num_workers: int
@@ -547,36 +546,24 @@ class JsonLinesDataset(IterableDataset[Any]):
 
             states = dataset.resume_streams(recorded, num_workers=1, batch_size=32)
         """
-        workers = max(num_workers, 1)
-        parsed = [
-            None if s is None else check_state(s, shards=len(self.urls), format=JSONL_STATE_FORMAT)
-            for s in states
-        ]
-        known = [state for state in parsed if state is not None]
-        if not known:
-            return [None] * workers
-        epoch = known[0].epoch
-        if any(state.epoch != epoch for state in known):
-            raise ShardStateError("shard stream state: the states are of different epochs")
-        layouts = [self._layout(self.rank, self.world_size, i, workers) for i in range(workers)]
-        if len(parsed) == workers and all(
-            state is None or state.layout == layouts[i] for i, state in enumerate(parsed)
-        ):
-            return list(states)
-        filled = [
-            state
-            if state is not None
-            else StreamState(
-                epoch, {}, self._plan(epoch, self.rank, self.world_size, i, len(parsed))
+        files = len(self.urls)
+
+        def layout_of(worker: int, workers: int) -> dict[str, Any]:
+            return self._layout(self.rank, self.world_size, worker, workers)
+
+        def fresh(epoch: int, worker: int, workers: int) -> StreamState:
+            return StreamState(
+                epoch, {}, self._plan(epoch, self.rank, self.world_size, worker, workers)
             )
-            for i, state in enumerate(parsed)
-        ]
-        return [
-            StreamState(epoch, layouts[i], self._resplit(filled, i, workers)).to_json(
-                len(self.urls), format=JSONL_STATE_FORMAT
+
+        def resplit_for(filled: list[StreamState], worker: int, workers: int) -> Any:
+            state = StreamState(
+                filled[0].epoch, layout_of(worker, workers), self._resplit(filled, worker, workers)
             )
-            for i in range(workers)
-        ]
+            return state.to_json(files, format=JSONL_STATE_FORMAT)
+
+        parse = partial(check_state, shards=files, format=JSONL_STATE_FORMAT)
+        return resume_streams(states, num_workers, parse, layout_of, fresh, resplit_for)
 
     def __getstate__(self) -> dict[str, Any]:
         # The stream being read (tasks, open reads) stays in the process that reads it.

@@ -32,6 +32,7 @@ under the loader's fault policy a row group that cannot be read is retried, then
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
@@ -46,9 +47,16 @@ from aioload.sources.arrow_rows import ArrowRows
 from aioload.sources.parquet_files import ParquetFiles
 from aioload.sources.parquet_state import RowsState, check_rows_state, refs_of
 from aioload.sources.parquet_stream import Piece, RowStream, read_rows
-from aioload.sources.rank_split import Segment, rank_segments, samples_per_rank, worker_segments
-from aioload.sources.shard_state import ShardStateError, resplit
+from aioload.sources.rank_split import (
+    Segment,
+    epoch_order,
+    rank_segments,
+    samples_per_rank,
+    worker_segments,
+)
+from aioload.sources.shard_state import resplit
 from aioload.sources.sizes import parse_size
+from aioload.sources.stream_resume import resume_streams
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
@@ -189,10 +197,7 @@ class IterableParquetDataset(IterableDataset[Any]):
     # -- the epoch's plan -------------------------------------------------------
 
     def _order_of(self, epoch: int) -> list[int]:
-        order = np.arange(len(self.files.units))
-        if self.shuffle_row_groups:
-            order = np.random.default_rng([self.seed, epoch]).permutation(order)
-        return [int(i) for i in order]
+        return epoch_order(len(self.files.units), self.shuffle_row_groups, self.seed, epoch)
 
     def _plan(
         self, epoch: int, rank: int, world_size: int, worker: int, workers: int, batch: int | None
@@ -373,37 +378,26 @@ class IterableParquetDataset(IterableDataset[Any]):
         ``states`` are this loader's layout they are returned as they are; otherwise every
         row they have left is re-split over the workers, in the epoch's row-group order.
         """
-        workers = max(num_workers, 1)
         rows = [int(count) for count in self.files.load_blocking().unit_rows]
-        parsed = [None if s is None else check_rows_state(s, rows) for s in states]
-        known = [state for state in parsed if state is not None]
-        if not known:
-            return [None] * workers
-        epoch = known[0].epoch
-        if any(state.epoch != epoch for state in known):
-            raise ShardStateError("Parquet stream state: the states are of different epochs")
-        layouts = [self._layout(i, workers, batch_size) for i in range(workers)]
-        if len(parsed) == workers and all(
-            state is None or state.layout == layouts[i] for i, state in enumerate(parsed)
-        ):
-            return list(states)
-        filled = [
-            state
-            if state is not None
-            else RowsState(
-                epoch,
-                {},
-                self._plan(epoch, self.rank, self.world_size, i, len(parsed), batch_size),
-            )
-            for i, state in enumerate(parsed)
-        ]
-        units = len(self.files.units)
-        return [
-            RowsState(epoch, layouts[i], self._resplit(filled, i, workers, batch_size)).to_json(
-                units
-            )
-            for i in range(workers)
-        ]
+        units = len(rows)
+
+        def fresh(epoch: int, worker: int, workers: int) -> RowsState:
+            plan = self._plan(epoch, self.rank, self.world_size, worker, workers, batch_size)
+            return RowsState(epoch, {}, plan)
+
+        def resplit_for(filled: list[RowsState], worker: int, workers: int) -> Any:
+            runs = self._resplit(filled, worker, workers, batch_size)
+            layout = self._layout(worker, workers, batch_size)
+            return RowsState(filled[0].epoch, layout, runs).to_json(units)
+
+        return resume_streams(
+            states,
+            num_workers,
+            functools.partial(check_rows_state, rows=rows),
+            functools.partial(self._layout, batch=batch_size),
+            fresh,
+            resplit_for,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # The stream being read (tasks, tables) stays in the process that reads it.

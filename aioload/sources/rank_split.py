@@ -32,7 +32,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Segment", "rank_segments", "samples_per_rank", "take", "worker_segments"]
+import numpy as np
+
+__all__ = [
+    "Segment",
+    "epoch_order",
+    "rank_segments",
+    "samples_per_rank",
+    "take",
+    "worker_segments",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +60,21 @@ class Segment:
 
     def __len__(self) -> int:
         return self.stop - self.start
+
+
+def epoch_order(count: int, shuffle: bool, seed: int, epoch: int) -> list[int]:
+    """The order of ``count`` shards (files, row groups) in epoch ``epoch``: as given, or a
+    permutation drawn from ``(seed, epoch)``, the same in every rank and worker.
+
+    Example::
+
+        >>> epoch_order(4, False, 0, 3)
+        [0, 1, 2, 3]
+    """
+    order = np.arange(count)
+    if shuffle:
+        order = np.random.default_rng([seed, epoch]).permutation(order)
+    return [int(i) for i in order]
 
 
 def samples_per_rank(total: int, world_size: int, drop_last: bool) -> int:

@@ -61,7 +61,13 @@ from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.interleave import interleave
-from aioload.sources.rank_split import Segment, rank_segments, samples_per_rank, worker_segments
+from aioload.sources.rank_split import (
+    Segment,
+    epoch_order,
+    rank_segments,
+    samples_per_rank,
+    worker_segments,
+)
 from aioload.sources.segments import count_mismatch, key_mismatch, range_stream
 from aioload.sources.shard_faults import decoded, guarded_runs
 from aioload.sources.shard_index import ShardIndex
@@ -85,6 +91,7 @@ from aioload.sources.shard_state import (
 from aioload.sources.shard_stream import OpenRun, TrackedStream
 from aioload.sources.store_reads import open_read
 from aioload.sources.stores import StoreLocation
+from aioload.sources.stream_resume import resume_streams
 from aioload.sources.tar import group_samples, iter_tar, iter_tar_spans
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
@@ -337,10 +344,7 @@ class ShardDataset(IterableDataset[Any]):
         return worker_segments(mine, worker, num_workers, batch_size)
 
     def _epoch_order(self) -> list[int]:
-        order = np.arange(len(self.urls))
-        if self.shuffle_shards:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
-        return [int(i) for i in order]
+        return self._order_of(self.epoch)
 
     def _order(self, worker: int, num_workers: int) -> list[int]:
         return self._epoch_order()[self.rank :: self.world_size][worker::num_workers]
@@ -584,10 +588,7 @@ class ShardDataset(IterableDataset[Any]):
         }
 
     def _order_of(self, epoch: int) -> list[int]:
-        order = np.arange(len(self.urls))
-        if self.shuffle_shards:
-            order = np.random.default_rng([self.seed, epoch]).permutation(order)
-        return [int(i) for i in order]
+        return epoch_order(len(self.urls), self.shuffle_shards, self.seed, epoch)
 
     def _plan(
         self,
@@ -827,39 +828,27 @@ class ShardDataset(IterableDataset[Any]):
             ShardStateError: a malformed state, or one of other shards.
         """
         self._refuse_resampled(states)
-        workers = max(num_workers, 1)
-        parsed = [None if s is None else check_state(s, shards=len(self.urls)) for s in states]
-        known = [state for state in parsed if state is not None]
-        if not known:
-            return [None] * workers
-        epoch = known[0].epoch
-        if any(state.epoch != epoch for state in known):
-            raise ShardStateError("shard stream state: the states are of different epochs")
-        layouts = [
-            self._layout(self.rank, self.world_size, i, workers, batch_size) for i in range(workers)
-        ]
-        if len(parsed) == workers and all(
-            state is None or state.layout == layouts[i] for i, state in enumerate(parsed)
-        ):
-            return list(states)
-        if self.split == "samples":
-            self.indexes()
-        filled = [
-            state
-            if state is not None
-            else StreamState(
-                epoch,
-                {},
-                self._plan(epoch, self.rank, self.world_size, i, len(parsed), batch_size),
-            )
-            for i, state in enumerate(parsed)
-        ]
-        return [
-            StreamState(epoch, layouts[i], self._resplit(filled, i, workers, batch_size)).to_json(
-                len(self.urls)
-            )
-            for i in range(workers)
-        ]
+        shards = len(self.urls)
+
+        def layout_of(worker: int, workers: int) -> dict[str, Any]:
+            return self._layout(self.rank, self.world_size, worker, workers, batch_size)
+
+        def fresh(epoch: int, worker: int, workers: int) -> StreamState:
+            plan = self._plan(epoch, self.rank, self.world_size, worker, workers, batch_size)
+            return StreamState(epoch, {}, plan)
+
+        def resplit_for(filled: list[StreamState], worker: int, workers: int) -> Any:
+            runs = self._resplit(filled, worker, workers, batch_size)
+            return StreamState(filled[0].epoch, layout_of(worker, workers), runs).to_json(shards)
+
+        return resume_streams(
+            states,
+            num_workers,
+            functools.partial(check_state, shards=shards),
+            layout_of,
+            fresh,
+            resplit_for,
+        )
 
     def merge_states(self, loader_states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """One loader state from every rank's :meth:`DataLoader.state_dict()

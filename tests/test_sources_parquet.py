@@ -263,6 +263,17 @@ def test_distributed_sampler_over_three_ranks_partitions_the_rows(prefix: str) -
     assert len(set(seen)) == len(seen) == TOTAL - TOTAL % 3
 
 
+def test_a_brace_pattern_without_a_row_group_cache(folder: Path) -> None:
+    url = f"file://{folder}/part-{{000..002}}.parquet"
+    dataset = ParquetDataset(url, columns=["id", "small"], row_group_cache=0)
+    assert len(dataset.urls) == 3
+    batches = list(DataLoader(dataset, batch_size=7, shuffle=True))
+    assert Counter(ids(batches)) == Counter(range(TOTAL))
+    assert all((batch["small"] == batch["id"] % 100).all() for batch in batches)
+    with pytest.raises(ValueError, match="row_group_cache"):
+        ParquetDataset(url, row_group_cache=-1)
+
+
 def test_weighted_random_sampler(prefix: str) -> None:
     dataset = ParquetDataset(prefix, columns=["id", "score"])
     weights = [1.0 if i % 2 else 0.0 for i in range(TOTAL)]  # odd rows only
@@ -682,6 +693,18 @@ def test_an_unreadable_file_is_skipped_under_the_policy(with_a_bad_file: str, wo
     assert any("row group 0" in text for text in where) and any(
         "row group 1" in text for text in where
     )
+
+
+def test_a_skipping_stream_resumes_exactly(with_a_bad_file: str) -> None:
+    def loader() -> DataLoader[Any]:
+        data = stream(with_a_bad_file, shuffle_buffer=6, shuffle_row_groups=True, seed=2)
+        return run(data, 0, batch_size=4, retry=FAST, on_error="skip")
+
+    full = ids(list(loader()))
+    assert Counter(full) == Counter([*range(23), *range(30, TOTAL)])
+    for stop in (1, 5, 10):
+        taken, state = stop_after(loader(), stop)
+        assert taken + resumed(loader(), state) == full, stop
 
 
 def test_without_a_policy_the_error_keeps_its_type(with_a_bad_file: str) -> None:

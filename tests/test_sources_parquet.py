@@ -234,6 +234,32 @@ async def test_projection_reads_only_the_columns_asked_for_in_that_order(
 
 
 @pytest.mark.asyncio
+async def test_names_with_dots_and_nested_columns_are_projected(tmp_path: Path) -> None:
+    # A top-level name may hold a dot: "x.y" is not field y of x.
+    table = pa.table(
+        {
+            "x.y": [1, 2],
+            "x": [3, 4],
+            "s": pa.array([{"a": 1, "b": "u"}, {"a": 2, "b": "v"}]),
+            "m": pa.array([[("k", 1)], []], pa.map_(pa.string(), pa.int64())),
+            "ls": pa.array([[{"a": 1, "b": [1]}], []]),
+        }
+    )
+    path = tmp_path / "dots.parquet"
+    pq.write_table(table, path)
+    url = f"file://{path}"
+    every = await ParquetDataset(url).__getitems__([0, 1])
+    assert [plain_row(row) for row in every.rows()] == table.to_pylist()
+    for columns in (["x.y"], ["x"], ["s", "x.y"], ["ls", "m"]):
+        block = await ParquetDataset(url, columns=columns).__getitems__([1, 0])
+        assert [plain_row(row) for row in block.rows()] == table.select(columns).to_pylist()[::-1]
+
+
+def plain_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: plain(value) for key, value in row.items()}
+
+
+@pytest.mark.asyncio
 async def test_indices_negative_and_out_of_range(prefix: str, expected: list[Any]) -> None:
     dataset = ParquetDataset(prefix, columns=["id", "name"])
     assert int((await dataset[-1])["id"]) == TOTAL - 1

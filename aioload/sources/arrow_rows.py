@@ -12,6 +12,9 @@ dates, durations (no nulls)               column's dtype              dtype (one
 integers and floats with nulls            ``numpy.float64``, ``nan``  a ``float64`` array,
                                           for a null (Arrow's         ``nan`` where null
                                           ``to_numpy``)
+timestamps, dates, durations with nulls   ``datetime64`` /            an array of that dtype,
+                                          ``timedelta64``, ``NaT``    ``NaT`` where null
+                                          for a null
 strings, binary                           ``str`` / ``bytes``         a list of them
                                           (``None`` for a null)       (``default_collate``
                                                                       leaves strings as a list)
@@ -61,6 +64,12 @@ def _is_number(kind: pa.DataType) -> bool:
     return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
 
 
+def _nulls_in_numpy(kind: pa.DataType) -> bool:
+    """A type whose nulls numpy holds: NaN for numbers, NaT for times (to_pylist cannot
+    even make a row of a nanosecond timestamp without pandas)."""
+    return _is_plain(kind) and not pa.types.is_boolean(kind)
+
+
 def _is_list(kind: pa.DataType) -> bool:
     return bool(
         pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
@@ -82,11 +91,11 @@ def _as_numpy(array: pa.Array) -> np.ndarray[Any, Any]:
 def column_rows(array: pa.Array) -> Sequence[Any]:
     """The values of ``array`` as rows hold them (see the module docstring)."""
     kind = array.type
-    if _is_plain(kind) and (not array.null_count or _is_number(kind)):
+    if _is_plain(kind) and (not array.null_count or _nulls_in_numpy(kind)):
         return _as_numpy(array)  # type: ignore[return-value]  # a sequence of scalars
     if _is_list(kind) and _is_plain(kind.value_type):
         values = array.flatten()
-        if values.null_count and not _is_number(values.type):
+        if values.null_count and not _nulls_in_numpy(values.type):
             return array.to_pylist()  # type: ignore[no-any-return]
         flat = _as_numpy(values)
         if pa.types.is_fixed_size_list(kind):
@@ -127,7 +136,7 @@ def _column_batch(column: pa.ChunkedArray) -> Any:
         return (
             np.concatenate([_as_numpy(chunk) for chunk in chunks]) if chunks else np.zeros(0, view)
         )
-    if _is_plain(kind) and (not column.null_count or _is_number(kind)):
+    if _is_plain(kind) and (not column.null_count or _nulls_in_numpy(kind)):
         parts = [_as_numpy(chunk) for chunk in column.chunks]
         if len(parts) == 1:
             return np.array(parts[0])

@@ -95,7 +95,12 @@ class ParquetDataset(Dataset[Any]):
         **store_options: Any,
     ) -> None:
         self.files = ParquetFiles(urls_or_prefix, columns, cache_dir, cache_limit, store_options)
-        self._row_groups = RowGroupCache(self.files.read, parse_size(row_group_cache))
+        keep = (
+            0
+            if row_group_cache == 0 and not isinstance(row_group_cache, bool)
+            else parse_size(row_group_cache, "row_group_cache")
+        )
+        self._row_groups = RowGroupCache(self.files.read, keep)
 
     @property
     def columns(self) -> list[str] | None:

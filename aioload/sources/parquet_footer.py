@@ -130,6 +130,7 @@ def parse_footer(size: int, tail: bytes, url: str) -> Footer:
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError, ValueError) as error:
         raise ParquetFormatError(f"{url}: its footer cannot be read: {error}") from error
+    _check_chunk_metadata(metadata, size, url)
     footer = Footer(
         size,
         metadata,
@@ -139,6 +140,58 @@ def parse_footer(size: int, tail: bytes, url: str) -> Footer:
     )
     check_footer(footer, url)
     return footer
+
+
+class _NoData(OSError):
+    pass
+
+
+class _Unread:
+    """A file of ``size`` bytes that refuses every read."""
+
+    def __init__(self, size: int) -> None:
+        self._size, self._position, self.closed = size, 0, False
+
+    def read(self, size: int = -1) -> bytes:
+        raise _NoData("no data")
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._position = (0, self._position, self._size)[whence] + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def size(self) -> int:
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _check_chunk_metadata(metadata: Any, size: int, url: str) -> None:
+    # pyarrow's Python accessor of a column chunk's metadata (row_group(i).column(j))
+    # aborts the process when the chunk's metadata does not validate (size statistics
+    # that do not fit the schema, say): the C++ exception has no way out. Its reader
+    # raises the same error as an exception, and with pre_buffer it builds every chunk's
+    # metadata before its first read: a file that refuses every read tells the two apart.
+    try:
+        pq.ParquetFile(_Unread(size), metadata=metadata, pre_buffer=True).read_row_groups(
+            list(range(metadata.num_row_groups))
+        )
+    except _NoData:
+        return
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise ParquetFormatError(f"{url}: its footer cannot be read: {error}") from error
 
 
 def check_footer(footer: Footer, url: str) -> None:

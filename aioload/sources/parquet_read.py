@@ -43,10 +43,20 @@ def leaf_columns(footer: Footer, columns: Sequence[str] | None, url: str) -> lis
     metadata = footer.metadata
     if columns is None:
         return list(range(metadata.num_columns))
+    # The leaves are in the order of the top-level fields, each field's in a row: a
+    # field's count tells where its leaves end (a leaf's dotted path cannot, where a
+    # name holds a dot).
     by_name: dict[str, list[int]] = {}
-    for leaf in range(metadata.num_columns):
-        top = metadata.schema.column(leaf).path.split(".", 1)[0]
-        by_name.setdefault(top, []).append(leaf)
+    first = 0
+    for field in footer.schema:
+        count = _leaf_count(field.type)
+        by_name[field.name] = list(range(first, first + count))
+        first += count
+    if first != metadata.num_columns:  # a type counted otherwise than the file: by path
+        by_name = {}
+        for leaf in range(metadata.num_columns):
+            top = metadata.schema.column(leaf).path.split(".", 1)[0]
+            by_name.setdefault(top, []).append(leaf)
     leaves = []
     for name in columns:
         if name not in by_name:
@@ -55,6 +65,25 @@ def leaf_columns(footer: Footer, columns: Sequence[str] | None, url: str) -> lis
             )
         leaves += by_name[name]
     return sorted(leaves)
+
+
+def _leaf_count(kind: pa.DataType) -> int:
+    """The Parquet leaf columns a field of Arrow type ``kind`` is stored in."""
+    if isinstance(kind, pa.ExtensionType):
+        return _leaf_count(kind.storage_type)
+    if pa.types.is_struct(kind):
+        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
+    if (
+        pa.types.is_list(kind)
+        or pa.types.is_large_list(kind)
+        or pa.types.is_fixed_size_list(kind)
+        or pa.types.is_list_view(kind)
+        or pa.types.is_large_list_view(kind)
+    ):
+        return _leaf_count(kind.value_type)
+    return 1
 
 
 def plan_ranges(

@@ -199,7 +199,7 @@ class RowStream:
         self._file_of = file_of
         self._guard = guard
         # Each row range being read, the read (shared by a refill's ranges), its table's number.
-        self._reading: deque[tuple[Segment, asyncio.Task[list[pa.Table]], int]] = deque()
+        self._reading: deque[tuple[Segment, asyncio.Task[list[Any]], int]] = deque()
         empty = join([], schema)
         self._buffer = buffer if buffer is not None else empty
         self._ready: deque[Piece] = deque([ready] if ready is not None and len(ready) else [])
@@ -304,12 +304,26 @@ class RowStream:
             number = taken[file] = taken.get(file, -1) + 1
             self._reading.append((segment, tasks[file], number))
 
-    async def _read_units(self, units: list[int]) -> list[pa.Table]:
+    async def _read_units(self, units: list[int]) -> list[Any]:
         guard = self._guard
         if guard is None:
             return await self._read(units)
-        tables: list[pa.Table] = await guard.retry(self._read, units)
+        try:
+            tables: list[pa.Table] = await guard.retry(self._read, units)
+        except Exception:
+            if len(units) == 1:
+                raise
+            # One unit's failure fails the read of all: each is read again alone, so that
+            # only the units that cannot be read are skipped (their error in their place).
+            return [await self._read_alone(unit) for unit in units]
         return tables
+
+    async def _read_alone(self, unit: int) -> pa.Table | Exception:
+        try:
+            tables: list[pa.Table] = await self._read_units([unit])
+        except Exception as error:
+            return error
+        return tables[0]
 
     async def _next_input(self) -> Piece | Any | None:
         """The next row range's rows; a skip marker for one that cannot be read; None."""
@@ -318,7 +332,9 @@ class RowStream:
             return None
         segment, task, number = self._reading[0]
         try:
-            tables = await asyncio.shield(task)  # a cancelled take leaves the read to aclose
+            table = (await asyncio.shield(task))[number]  # a cancel leaves the read to aclose
+            if isinstance(table, Exception):
+                raise table
         except Exception as error:
             self._done_reading()
             self._top_up()
@@ -330,7 +346,6 @@ class RowStream:
             )
         self._done_reading()
         self._top_up()
-        table = tables[number]
         first, stop = segment.start, segment.stop
         views = numeric_views(table)
         return Piece(table, runs=[segment], views=views, start=first, length=stop - first)

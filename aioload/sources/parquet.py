@@ -72,8 +72,9 @@ class ParquetDataset(Dataset[Any]):
     ``str``, lists of numbers as arrays).
 
     Raises (on first read):
-        ParquetFormatError: a file that is truncated, not Parquet, or whose footer does
-            not describe it (the message names the file and row group).
+        ParquetFormatError: a file that is truncated, not Parquet, whose footer does not
+            describe it, or whose data does not decode (the message names the file and
+            row group).
         KeyError: a column that a file does not have.
 
     Example::

@@ -111,9 +111,8 @@ async def read_row_groups(
     one row group after the other in a thread.
 
     Raises:
-        ParquetFormatError: the chunks are not where the footer says.
-        pyarrow.ArrowException (its own type), OSError: pyarrow cannot decode them; a
-            note names the file and row group.
+        ParquetFormatError: the chunks are not where the footer says, or pyarrow cannot
+            decode them (its error chained); the message names the file and row group.
     """
     leaves = leaf_columns(footer, columns, url)
     ranges = plan_ranges(footer, row_groups, leaves)
@@ -151,8 +150,9 @@ def _decode(
             "file"
         ) from None
     except (pa.ArrowException, OSError) as error:
-        error.add_note(f"reading {where}")
-        raise
+        # The bytes are in memory already: what fails here is their format, never a read,
+        # so it is not an OSError a retry policy would try again.
+        raise ParquetFormatError(f"{where}: pyarrow cannot decode it: {error}") from error
     if table.num_rows != footer.row_counts[row_group]:
         raise ParquetFormatError(
             f"{where}: it decoded to {table.num_rows} rows, the footer says "

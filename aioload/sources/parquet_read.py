@@ -16,7 +16,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -117,21 +119,59 @@ async def read_row_groups(
     leaves = leaf_columns(footer, columns, url)
     ranges = plan_ranges(footer, row_groups, leaves)
     parts = await asyncio.gather(*(fetch(first, end) for first, end in ranges))
-    fetched = _Fetched(footer, list(zip((first for first, _ in ranges), parts, strict=True)))
-    return await asyncio.to_thread(_decode_all, fetched, footer, url, row_groups, columns)
+    placed = list(zip((first for first, _ in ranges), parts, strict=True))
+    return await asyncio.to_thread(_decode_all, placed, footer, url, row_groups, columns)
 
 
 def _decode_all(
-    fetched: _Fetched,
+    placed: list[tuple[int, bytes]],
     footer: Footer,
     url: str,
     row_groups: Sequence[int],
     columns: Sequence[str] | None,
 ) -> list[pa.Table]:
-    reader = pq.ParquetFile(fetched, metadata=footer.metadata, pre_buffer=False)
-    return [
-        _decode(reader, footer, group, columns, f"{url}, row group {group}") for group in row_groups
-    ]
+    source, close = _source(footer, placed)
+    try:
+        reader = pq.ParquetFile(source, metadata=footer.metadata, pre_buffer=False)
+        return [
+            _decode(reader, footer, group, columns, f"{url}, row group {group}")
+            for group in row_groups
+        ]
+    finally:
+        close()
+
+
+def _source(footer: Footer, placed: list[tuple[int, bytes]]) -> tuple[Any, Callable[[], None]]:
+    """What pyarrow reads the fetched bytes from, and how to let it go.
+
+    A sparse in-memory file (a memfd: the bytes fetched written at their offsets, nothing
+    else allocated) that pyarrow reads natively, without the GIL: through a Python file
+    object every read would wait for the event loop's thread to let the GIL go. Where
+    there is no memfd (or under :data:`STRICT_READS`), :class:`_Fetched`, which refuses a
+    read of bytes that were not fetched.
+    """
+    if STRICT_READS or not hasattr(os, "memfd_create"):
+        return _Fetched(footer, placed), lambda: None
+    fd = os.memfd_create("aioload-parquet", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, footer.size)
+        for first, data in [*placed, (footer.size - len(footer.tail), footer.tail)]:
+            _write_all(fd, data, first)
+        source = pa.memory_map(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)  # the mapping keeps the file
+    return source, source.close
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+STRICT_READS = False
+"""Decode through :class:`_Fetched` always: a read of bytes not fetched raises (tests)."""
 
 
 def _decode(
@@ -142,7 +182,11 @@ def _decode(
     where: str,
 ) -> pa.Table:
     try:
-        table = reader.read_row_group(row_group, columns=None if columns is None else list(columns))
+        # use_threads=False: the file object is Python's, and pyarrow's own threads reading
+        # it would take turns at the GIL with the event loop; the row groups of several
+        # files decode in parallel anyway, one thread each.
+        names = None if columns is None else list(columns)
+        table = reader.read_row_group(row_group, columns=names, use_threads=False)
     except _Outside as error:
         raise ParquetFormatError(
             f"{where}: pyarrow read bytes {error.first} to {error.end}, which are not where "

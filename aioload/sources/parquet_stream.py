@@ -40,6 +40,9 @@ from aioload.stream_faults import StreamGuard
 
 __all__ = ["Piece", "RowStream", "join", "read_rows"]
 
+FILES_AT_ONCE = 4
+"""Files a stream reads at once (the row groups of each with one call)."""
+
 ReadUnits = Callable[[list[int]], Awaitable[list[pa.Table]]]
 """Reads some units' tables (every requested column, all their rows), in order."""
 
@@ -197,6 +200,7 @@ class RowStream:
         self._rng = rng
         self._describe = describe
         self._file_of = file_of
+        self._files_at_once: asyncio.Semaphore | None = None  # made on the stream's loop
         self._guard = guard
         # Each row range being read, the read (shared by a refill's ranges), its table's number.
         self._reading: deque[tuple[Segment, asyncio.Task[list[Any]], int]] = deque()
@@ -305,6 +309,14 @@ class RowStream:
             self._reading.append((segment, tasks[file], number))
 
     async def _read_units(self, units: list[int]) -> list[Any]:
+        # Files are read FILES_AT_ONCE at a time, in the stream's order: the first one's rows
+        # arrive sooner than if every file of the read-ahead shared the connection at once.
+        if self._files_at_once is None:
+            self._files_at_once = asyncio.Semaphore(FILES_AT_ONCE)
+        async with self._files_at_once:
+            return await self._read_guarded(units)
+
+    async def _read_guarded(self, units: list[int]) -> list[Any]:
         guard = self._guard
         if guard is None:
             return await self._read(units)
@@ -320,7 +332,7 @@ class RowStream:
 
     async def _read_alone(self, unit: int) -> pa.Table | Exception:
         try:
-            tables: list[pa.Table] = await self._read_units([unit])
+            tables: list[pa.Table] = await self._read_guarded([unit])
         except Exception as error:
             return error
         return tables[0]

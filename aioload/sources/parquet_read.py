@@ -2,11 +2,15 @@
 
 :func:`read_row_groups` asks the store only for the column chunks of the requested
 columns of some row groups of a file (neighbours closer than :data:`COALESCE_GAP` in one
-request, several requests in flight), and hands them to pyarrow's Parquet reader
-through :class:`_Fetched`, a file object that holds only the bytes fetched: a read
-anywhere else is an error naming the file and row group (the footer did not describe the
-file), never bytes made up. pyarrow decodes in a thread, so the event loop goes on while
-it does.
+request, several requests in flight), and hands them to pyarrow's Parquet reader in a
+sparse in-memory file (a memfd holding only the bytes fetched, at their offsets), which
+pyarrow reads natively, in a thread: the event loop goes on while it decodes.
+
+pyarrow reads exactly the column chunks the footer places, which is what was fetched (the
+footer was checked against the file's size before: :mod:`aioload.sources.parquet_footer`),
+so the sparse file's holes are never read; a test decodes through :class:`_Fetched`
+(:data:`STRICT_READS`) instead, a file object that refuses a read of any byte not fetched,
+to keep that true.
 
 Example::
 

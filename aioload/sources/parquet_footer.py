@@ -188,7 +188,10 @@ def _check_chunk_metadata(metadata: Any, size: int, url: str) -> None:
         pq.ParquetFile(_Unread(size), metadata=metadata, pre_buffer=True).read_row_groups(
             list(range(metadata.num_row_groups))
         )
-    except _NoData:
+    except _NoData as error:
+        # pyarrow keeps the Python error a read raised (in its I/O cache): without this its
+        # traceback would keep the frames that called it alive, the loop's among them.
+        error.__traceback__ = None
         return
     except (pa.ArrowException, OSError, ValueError) as error:
         raise ParquetFormatError(f"{url}: its footer cannot be read: {error}") from error

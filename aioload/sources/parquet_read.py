@@ -192,6 +192,7 @@ def _decode(
         names = None if columns is None else list(columns)
         table = reader.read_row_group(row_group, columns=names, use_threads=False)
     except _Outside as error:
+        error.__traceback__ = None  # pyarrow may keep it: not the frames it passed through
         raise ParquetFormatError(
             f"{where}: pyarrow read bytes {error.first} to {error.end}, which are not where "
             "the footer puts the row group's column chunks: the footer does not describe the "

@@ -31,6 +31,7 @@ __all__ = [
     "ColumnChunk",
     "Footer",
     "ParquetFormatError",
+    "PartialFile",
     "check_footer",
     "footer_length",
     "parse_footer",
@@ -146,14 +147,29 @@ class _NoData(OSError):
     pass
 
 
-class _Unread:
-    """A file of ``size`` bytes that refuses every read."""
+class PartialFile:
+    """A read-only file object of ``size`` bytes that knows only ``parts`` of them (each
+    ``(offset, bytes)``) and refuses a read anywhere else (``refused(first, end)`` makes the
+    error): what pyarrow's reader is given where only some bytes were fetched."""
 
-    def __init__(self, size: int) -> None:
-        self._size, self._position, self.closed = size, 0, False
+    def __init__(
+        self,
+        size: int,
+        parts: list[tuple[int, bytes]],
+        refused: Callable[[int, int], OSError],
+    ) -> None:
+        self._size, self._parts, self._refused = size, parts, refused
+        self._position = 0
+        self.closed = False
 
     def read(self, size: int = -1) -> bytes:
-        raise _NoData("no data")
+        first = self._position
+        end = self._size if size < 0 else min(first + size, self._size)
+        for start, data in self._parts:
+            if start <= first and end <= start + len(data):
+                self._position = end
+                return data[first - start : end - start]
+        raise self._refused(first, end)
 
     def seek(self, offset: int, whence: int = 0) -> int:
         self._position = (0, self._position, self._size)[whence] + offset
@@ -185,7 +201,8 @@ def _check_chunk_metadata(metadata: Any, size: int, url: str) -> None:
     # raises the same error as an exception, and with pre_buffer it builds every chunk's
     # metadata before its first read: a file that refuses every read tells the two apart.
     try:
-        pq.ParquetFile(_Unread(size), metadata=metadata, pre_buffer=True).read_row_groups(
+        unread = PartialFile(size, [], lambda first, end: _NoData("no data"))
+        pq.ParquetFile(unread, metadata=metadata, pre_buffer=True).read_row_groups(
             list(range(metadata.num_row_groups))
         )
     except _NoData as error:

@@ -8,7 +8,7 @@ pyarrow reads natively, in a thread: the event loop goes on while it decodes.
 
 pyarrow reads exactly the column chunks the footer places, which is what was fetched (the
 footer was checked against the file's size before: :mod:`aioload.sources.parquet_footer`),
-so the sparse file's holes are never read; a test decodes through :class:`_Fetched`
+so the sparse file's holes are never read; a test decodes through :func:`_fetched`
 (:data:`STRICT_READS`) instead, a file object that refuses a read of any byte not fetched,
 to keep that true.
 
@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aioload.sources.parquet_footer import Footer, ParquetFormatError
+from aioload.sources.parquet_footer import Footer, ParquetFormatError, PartialFile
 
 __all__ = ["COALESCE_GAP", "leaf_columns", "plan_ranges", "read_row_groups"]
 
@@ -151,11 +151,11 @@ def _source(footer: Footer, placed: list[tuple[int, bytes]]) -> tuple[Any, Calla
     A sparse in-memory file (a memfd: the bytes fetched written at their offsets, nothing
     else allocated) that pyarrow reads natively, without the GIL: through a Python file
     object every read would wait for the event loop's thread to let the GIL go. Where
-    there is no memfd (or under :data:`STRICT_READS`), :class:`_Fetched`, which refuses a
+    there is no memfd (or under :data:`STRICT_READS`), :func:`_fetched`, which refuses a
     read of bytes that were not fetched.
     """
     if STRICT_READS or not hasattr(os, "memfd_create"):
-        return _Fetched(footer, placed), lambda: None
+        return _fetched(footer, placed), lambda: None
     fd = os.memfd_create("aioload-parquet", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, footer.size)
@@ -175,7 +175,7 @@ def _write_all(fd: int, data: bytes, offset: int) -> None:
 
 
 STRICT_READS = False
-"""Decode through :class:`_Fetched` always: a read of bytes not fetched raises (tests)."""
+"""Decode through :func:`_fetched` always: a read of bytes not fetched raises (tests)."""
 
 
 def _decode(
@@ -216,44 +216,8 @@ class _Outside(OSError):
         self.first, self.end = first, end
 
 
-class _Fetched:
-    """A read-only file of ``footer.size`` bytes of which only ``parts`` (and the footer) are
-    known: pyarrow reads the column chunks from them."""
-
-    def __init__(self, footer: Footer, parts: list[tuple[int, bytes]]) -> None:
-        self._size = footer.size
-        self._parts = [*parts, (footer.size - len(footer.tail), footer.tail)]
-        self._position = 0
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        first = self._position
-        end = self._size if size < 0 else min(first + size, self._size)
-        for start, data in self._parts:
-            if start <= first and end <= start + len(data):
-                self._position = end
-                return data[first - start : end - start]
-        raise _Outside(first, end)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self._position, self._size)[whence]
-        self._position = base + offset
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def size(self) -> int:
-        return self._size
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True
+def _fetched(footer: Footer, parts: list[tuple[int, bytes]]) -> PartialFile:
+    """The file of ``footer`` as far as ``parts`` (and the footer) know it: a read of any
+    other byte raises :class:`_Outside`."""
+    known = [*parts, (footer.size - len(footer.tail), footer.tail)]
+    return PartialFile(footer.size, known, _Outside)

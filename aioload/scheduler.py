@@ -130,8 +130,15 @@ class Window:
 
     def release_threadsafe(self) -> None:
         waiter = self._take_waiter()
-        if waiter is not None:
+        if waiter is None:
+            return
+        try:
             self._loop.call_soon_threadsafe(_wake, waiter)
+        except RuntimeError:
+            # The loop closed between the delivery and this release (an epoch that failed,
+            # e.g. past max_skipped): the producer it would wake is gone with it.
+            if not self._loop.is_closed():
+                raise
 
     def resize(self, size: int) -> None:
         """Makes the limit ``size`` batches (call on the loop)."""

@@ -71,3 +71,22 @@ def test_an_explicit_prefetch_factor_is_not_sized_down() -> None:
     loader = DataLoader(dataset, batch_size=4, prefetch_factor=16)
     assert sum(1 for _ in loader) == 16
     assert dataset.most_in_flight > 4 * 4  # the first read starts all 16 batches at once
+
+
+def test_a_release_after_the_loop_closed_is_a_no_op() -> None:
+    # The consumer's thread may hand back a slot after the epoch's loop ended (the epoch
+    # failed while the batch before it was still being taken out): nothing to wake.
+    from aioload.scheduler import Window
+
+    loop = asyncio.new_event_loop()
+    window = Window(1, loop)
+
+    async def wait_for_a_slot() -> None:
+        await window.acquire()  # takes the only slot
+        waiting = asyncio.ensure_future(window.acquire())  # waits for a slot
+        await asyncio.sleep(0)
+        waiting.cancel()
+
+    loop.run_until_complete(wait_for_a_slot())
+    loop.close()
+    window.release_threadsafe()  # the waiter's loop is closed: no RuntimeError

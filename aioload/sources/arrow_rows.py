@@ -45,7 +45,7 @@ import pyarrow as pa
 from aioload.collate import default_collate
 from aioload.row_block import RowBlock
 
-__all__ = ["ArrowRows", "column_rows", "numeric_views"]
+__all__ = ["ArrowRows", "column_rows", "numeric_views", "take_rows"]
 
 
 def _is_plain(kind: pa.DataType) -> bool:
@@ -155,6 +155,29 @@ def numeric_views(table: pa.Table) -> dict[str, np.ndarray[Any, Any]]:
             chunks = column.chunks
             views[name] = _as_numpy(chunks[0] if len(chunks) == 1 else column.combine_chunks())
     return views
+
+
+def take_rows(
+    units: Sequence[int],
+    tables: Sequence[pa.Table],
+    of: np.ndarray[Any, Any],
+    rows: np.ndarray[Any, Any],
+) -> pa.Table:
+    """Row ``rows[i]`` of the table of unit ``of[i]``, for every ``i``, in that order.
+
+    ``tables[k]`` is unit ``units[k]``'s table; every unit in ``of`` is among ``units``.
+    Each table gives its rows with one ``take``; a second one puts them in order.
+    """
+    pieces, placed = [], []
+    for unit, table in zip(units, tables, strict=True):
+        positions = np.flatnonzero(of == unit)
+        pieces.append(table.take(pa.array(rows[positions])))
+        placed.append(positions)
+    taken = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+    order = np.concatenate(placed)
+    if len(pieces) > 1 or not np.array_equal(order, np.arange(len(order))):
+        taken = taken.take(pa.array(np.argsort(order, kind="stable")))
+    return taken
 
 
 class ArrowRows(RowBlock):

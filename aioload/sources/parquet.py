@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from aioload.datasets import Dataset
 from aioload.source_stats import SourceCounts
-from aioload.sources.arrow_rows import ArrowRows
+from aioload.sources.arrow_rows import ArrowRows, take_rows
 from aioload.sources.parquet_files import ParquetFiles
 from aioload.sources.row_group_cache import RowGroupCache
 from aioload.sources.sizes import parse_size
@@ -166,20 +166,11 @@ class ParquetDataset(Dataset[Any]):
         await self.files.load()
         rows = np.array([self._check_index(index) for index in indices], dtype=np.int64)
         units, within = self._locate(rows)
-        needed = np.unique(units)
-        tables = await asyncio.gather(*(self._row_groups.get(int(unit)) for unit in needed))
-        pieces, placed = [], []
-        for unit, table in zip(needed, tables, strict=True):
-            mask = units == unit
-            pieces.append(table.take(pa.array(within[mask])))
-            placed.append(np.flatnonzero(mask))
-        if not pieces:
+        needed = [int(unit) for unit in np.unique(units)]
+        tables = await asyncio.gather(*(self._row_groups.get(unit) for unit in needed))
+        if not needed:
             return ArrowRows(self.files.schema.empty_table())  # type: ignore[union-attr]
-        taken = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-        order = np.concatenate(placed)
-        if len(pieces) > 1 or not np.array_equal(order, np.arange(len(order))):
-            taken = taken.take(pa.array(np.argsort(order, kind="stable")))
-        return ArrowRows(taken)
+        return ArrowRows(take_rows(needed, tables, units, within))
 
     def __repr__(self) -> str:
         files = self.files

@@ -238,11 +238,8 @@ class IterableParquetDataset(IterableDataset[Any]):
             batch_size=batch,
             offset_of=(lambda unit, row: row) if self.split == "rows" else None,
         )
-        rows = self.files.unit_rows
-        return [
-            Segment(run.shard, run.start, int(rows[run.shard]) if run.stop == -1 else run.stop)
-            for run in runs
-        ]
+        # A Parquet run always knows where it stops (stop -1 is a tar shard's "to its end").
+        return [Segment(run.shard, run.start, run.stop) for run in runs]
 
     # -- streams ------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aioload.sources.arrow_rows import numeric_views
+from aioload.sources.arrow_rows import numeric_views, take_rows
 from aioload.sources.parquet_state import RowsState, refs_of, runs_of
 from aioload.sources.rank_split import Segment, take
 from aioload.stream_faults import StreamGuard
@@ -384,13 +384,5 @@ async def read_rows(refs: np.ndarray[Any, Any], read: ReadUnits, schema: pa.Sche
     if not len(refs):
         return join([], schema)
     units = [int(unit) for unit in np.unique(refs[:, 0])]
-    tables = await read(units)
-    pieces, placed = [], []
-    for unit, table in zip(units, tables, strict=True):
-        positions = np.flatnonzero(refs[:, 0] == unit)
-        rows = refs[positions, 1]
-        views = {name: view[rows] for name, view in numeric_views(table).items()}
-        pieces.append(Piece(table.take(pa.array(rows)), refs[positions], views=views))
-        placed.append(positions)
-    joined = join(pieces, schema)
-    return joined.take(np.argsort(np.concatenate(placed), kind="stable"))
+    table = take_rows(units, await read(units), refs[:, 0], refs[:, 1])
+    return Piece(table, refs, views=numeric_views(table))

@@ -30,6 +30,7 @@ from aioload.sources.jsonl_lines import (
     numbered_lines,
 )
 from aioload.sources.shard_state import ShardStateError
+from tests.strategies import JSON_VALUES
 
 SIZES = [7, 3, 11, 0, 5, 9]  # lines per file: 35 in all
 TOTAL = sum(SIZES)
@@ -599,13 +600,7 @@ async def test_a_state_of_rewritten_files_is_refused(tmp_path: Path) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers(-3, 2**64) | st.text(max_size=5),
-        lambda inner: (
-            st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
-        ),
-        max_leaves=20,
-    ),
+    JSON_VALUES,
     st.sampled_from(
         ["runs", "buffer", "rng", "layout", "epoch", "draining", "shards", "version", "format"]
     ),

@@ -33,6 +33,7 @@ from aioload.sources.parquet_footer import (
 )
 from aioload.sources.parquet_state import check_rows_state
 from aioload.sources.shard_state import ShardStateError
+from tests.strategies import JSON_VALUES
 
 SIZES = [23, 7, 31]  # rows per file: 61 in all, row groups of 5 (the last ones shorter)
 TOTAL = sum(SIZES)
@@ -842,13 +843,7 @@ def test_mangled_tails_give_a_footer_or_a_parquet_format_error(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers(-3, 2**64) | st.text(max_size=5),
-        lambda inner: (
-            st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
-        ),
-        max_leaves=20,
-    ),
+    JSON_VALUES,
     st.sampled_from(
         ["runs", "buffer", "ready", "rng", "layout", "epoch", "draining", "units", "version"]
     ),

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from aioload import DataLoader
 from aioload.sources import MixDataset, ShardDataset, ShardWriter, default_decode
 from aioload.sources.shard_state import ShardStateError
+from tests.strategies import JSON_VALUES
 
 SIZES = [9, 4, 13, 6, 11]  # samples per shard: 43 in all
 TOTAL = sum(SIZES)
@@ -190,13 +191,7 @@ def test_resampled_is_refused_clearly(shards: str) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers(-3, 2**64) | st.text(max_size=5),
-        lambda inner: (
-            st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
-        ),
-        max_leaves=20,
-    ),
+    JSON_VALUES,
     st.sampled_from(["runs", "buffer", "rng", "layout", "epoch", "draining", "shards", "version"]),
 )
 def test_a_corrupted_state_is_refused_clearly(value: Any, field: str) -> None:

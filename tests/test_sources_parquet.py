@@ -925,3 +925,42 @@ def test_pyarrow_reads_only_the_bytes_fetched(
     assert [plain_row(row) for row in got] == [
         {name: row[name] for name in names} for row in expected
     ]
+
+
+# -- the decoded row groups' cache ------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_row_group_read_nobody_waits_for_any_more_is_cancelled() -> None:
+    from aioload.sources.row_group_cache import RowGroupCache
+
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def read(unit: int) -> pa.Table:
+        started.append(unit)
+        await release.wait()
+        return pa.table({"id": [unit]})
+
+    cache = RowGroupCache(read, 1 << 20)
+    first = asyncio.ensure_future(cache.get(3))
+    second = asyncio.ensure_future(cache.get(3))
+    await asyncio.sleep(0)
+    first.cancel()  # one of two batches gone: the read goes on for the other
+    await asyncio.sleep(0)
+    release.set()
+    assert (await second).column("id").to_pylist() == [3]
+    assert started == [3] and len(cache) == 1
+    release.clear()
+    cache.clear()
+    alone = asyncio.ensure_future(cache.get(5))
+    await asyncio.sleep(0)
+    alone.cancel()  # its only batch gone: the read is cancelled, no task outlives it
+    for _ in range(3):  # the cancellations land
+        await asyncio.sleep(0)
+    assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    again = asyncio.ensure_future(cache.get(5))  # a later batch reads it afresh
+    await asyncio.sleep(0)
+    release.set()
+    assert (await again).column("id").to_pylist() == [5]
+    assert started == [3, 5, 5]

@@ -39,6 +39,7 @@ class RowGroupCache:
         self._kept: OrderedDict[int, pa.Table] = OrderedDict()
         self._bytes = 0
         self._reading: dict[int, asyncio.Future[pa.Table]] = {}
+        self._waiting: dict[int, int] = {}  # the batches awaiting each read
 
     @property
     def size(self) -> int:
@@ -58,14 +59,27 @@ class RowGroupCache:
         if reading is None:
             reading = asyncio.ensure_future(self._fill(unit))
             self._reading[unit] = reading
-        # Shielded: one batch cancelled must not cancel the read another batch awaits.
-        return await asyncio.shield(reading)
+            self._waiting[unit] = 0
+        self._waiting[unit] += 1
+        try:
+            # Shielded: one batch cancelled must not cancel the read another batch awaits.
+            return await asyncio.shield(reading)
+        finally:
+            left = self._waiting.get(unit)
+            if left is not None:
+                self._waiting[unit] = left - 1
+                if left == 1 and not reading.done():
+                    # Nobody waits for it: the read ends with its batches (a later batch
+                    # that wants the unit starts a read of its own).
+                    del self._reading[unit], self._waiting[unit]
+                    reading.cancel()
 
     async def _fill(self, unit: int) -> pa.Table:
         try:
             table = await self._read(unit)
         finally:
-            del self._reading[unit]
+            if self._reading.get(unit) is asyncio.current_task():
+                del self._reading[unit], self._waiting[unit]
         size = int(table.nbytes)
         if size <= self.limit:
             self._kept[unit] = table

@@ -263,7 +263,7 @@ def test_a_crash_mid_download_leaves_nothing_corrupt(
         dataset = ShardDataset({url!r}, cache_dir={str(tmp_path)!r}, cache_limit={10 * size})
         folder = dataset.cache._folder
         location = dataset._locations[dataset._paths[0][0]]
-        files = folder.files(entry_identity({url!r}, location.store), "s-000.tar")
+        files = folder.files(entry_identity({url!r}, location), "s-000.tar")
         assert folder.lock_entry(files) is not None
         part = folder.reserve(files, {size})
         os.pwrite(part, b"garbage" * 100, 0)
@@ -559,7 +559,7 @@ def test_waiting_gives_up_on_a_writer_that_makes_no_progress(
     assert dataset.cache is not None
     folder = dataset.cache._folder
     location = dataset._location
-    identity = entry_identity(location.describe(location.key("002.bin")), location.store)
+    identity = entry_identity(location.describe(location.key("002.bin")), location)
     files = folder.files(identity, "002.bin")
     lock = folder.lock_entry(files)
     assert lock is not None  # a writer that hangs: holds the lock, writes nothing
@@ -627,3 +627,115 @@ def test_a_disk_that_fills_mid_shard_goes_on_from_the_store_where_it_left_off(
     # from where the file left off, not from the start.
     assert counts is not None and counts.cache_misses == 1
     assert size < counts.store_bytes < size + 2 * writes[1]
+
+
+# -- what names an entry: every setting that selects the store ---------------------------
+
+
+@pytest.fixture
+def two_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Two object servers that both speak for bucket ``bucket`` and account ``acct``
+    (S3 path-style and Azure emulator URLs are plain paths): the same key, other bytes."""
+    servers = []
+    try:
+        for fill in (b"A", b"B"):
+            root = tmp_path_factory.mktemp("store")
+            for folder in ("bucket", "acct/cont", "other/cont"):
+                (root / folder).mkdir(parents=True)
+            (root / "bucket" / "x.bin").write_bytes(fill * 100)
+            (root / "acct" / "cont" / "x.bin").write_bytes(fill * 100)
+            (root / "other" / "cont" / "x.bin").write_bytes(fill.lower() * 100)
+            servers.append(ObjectServer(root).start())
+        yield servers[0].url, servers[1].url
+    finally:
+        for running in servers:
+            running.stop()
+
+
+def test_an_endpoint_from_the_environment_names_the_entry(
+    two_stores: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_cloud_env: None,
+) -> None:
+    first, second = two_stores
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    read = []
+    for name, endpoint in (
+        ("AWS_ENDPOINT_URL", first),
+        ("AWS_ENDPOINT_URL", second),
+        ("AWS_ENDPOINT_URL_S3", first),
+        ("AWS_ENDPOINT", second),
+    ):
+        for other in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT"):
+            monkeypatch.delenv(other, raising=False)
+        monkeypatch.setenv(name, endpoint)
+        dataset = ObjectDataset("s3://bucket/", ["x.bin"], skip_signature=True, cache_dir=tmp_path)
+        read.append(asyncio.run(dataset[0]))
+    assert read == [b"A" * 100, b"B" * 100, b"A" * 100, b"B" * 100]
+
+
+def test_the_azure_account_names_the_entry(
+    two_stores: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_cloud_env: None,
+) -> None:
+    first, second = two_stores
+    options = {"use_emulator": True, "skip_signature": True, "allow_http": True}
+    read = []
+    for account, emulator in (("acct", first), ("other", first), ("acct", second)):
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", account)
+        monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", emulator)
+        dataset = ObjectDataset("az://cont/", ["x.bin"], cache_dir=tmp_path, **options)
+        read.append(asyncio.run(dataset[0]))
+    assert read == [b"A" * 100, b"a" * 100, b"B" * 100]
+
+
+def test_the_settings_that_select_a_store_name_its_entries(
+    monkeypatch: pytest.MonkeyPatch, no_cloud_env: None
+) -> None:
+    from aioload.sources.stores import StoreLocation
+
+    def identity(url: str, **options: Any) -> str:
+        return StoreLocation(url, options).identity
+
+    anonymous = {"skip_signature": True}
+    s3 = identity("s3://bucket/", **anonymous)
+    assert identity("s3://bucket/", **anonymous) == s3  # the same settings: the same entries
+    others = [
+        identity("s3://other/", **anonymous),
+        identity("s3://bucket/", endpoint="http://127.0.0.1:1", **anonymous),
+        identity("s3://bucket/", aws_endpoint_url_s3="http://127.0.0.1:1", **anonymous),
+        identity("s3://bucket/", region="eu-west-1", **anonymous),
+        identity("s3://bucket/", virtual_hosted_style_request=True, **anonymous),
+    ]
+    for name, value in (
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:2"),
+        ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:2"),
+        ("AWS_ENDPOINT", "http://127.0.0.1:3"),
+        ("AWS_REGION", "eu-west-2"),
+        ("AWS_DEFAULT_REGION", "eu-west-3"),
+    ):
+        monkeypatch.setenv(name, value)
+        others.append(identity("s3://bucket/", **anonymous))
+        monkeypatch.delenv(name)
+    # Credentials do not select what is read from S3: the same entries, whoever reads them.
+    keyed = identity("s3://bucket/", access_key_id="k", secret_access_key="s")
+    assert keyed == s3
+    azure = identity("az://cont/", account_name="one", **anonymous)
+    others += [
+        azure,
+        identity("az://cont/", account_name="two", **anonymous),
+        identity("az://cont/", account_name="one", endpoint="http://127.0.0.1:4", **anonymous),
+        identity("gs://bucket/", **anonymous),
+        identity("gs://bucket/", base_url="http://127.0.0.1:5", **anonymous),
+        identity("http://127.0.0.1:6/"),
+        identity("http://token@127.0.0.1:6/"),
+        identity("http://other@127.0.0.1:6/"),
+    ]
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "three")
+    others.append(identity("az://cont/", **anonymous))
+    assert len({s3, *others}) == len(others) + 1
+    # No secret in the identity (it is hashed into file names, but it may be printed).
+    assert "token" not in identity("http://token@127.0.0.1:6/")

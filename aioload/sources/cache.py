@@ -43,15 +43,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from aioload.source_stats import SourceCounter
 from aioload.sources.cache_folder import CacheFolder, EntryFiles
 from aioload.sources.sizes import parse_size
+
+if TYPE_CHECKING:
+    from aioload.sources.stores import StoreLocation
 
 __all__ = ["WAIT_STALL", "LocalCache", "Opener", "entry_identity"]
 
@@ -69,16 +72,17 @@ Opener = Callable[[int], Awaitable[tuple[int, AsyncIterator[bytes]]]]
 _HIT, _MISS, _BYPASS = "hit", "miss", "bypass"
 
 
-def entry_identity(url: str, store: Any) -> str:
-    """What names an object in a cache: its URL (password hidden) and its store's endpoint.
+def entry_identity(url: str, location: StoreLocation) -> str:
+    """What names an object in a cache: its URL (password hidden) and its store's identity.
 
-    Two S3-compatible servers may both have ``s3://bucket/shard.tar``: the
-    endpoint tells them apart. Credentials play no part (the same object,
-    whoever reads it).
+    Two S3-compatible servers may both have ``s3://bucket/shard.tar``, two
+    Azure accounts both ``az://container/shard.tar``: the store's identity
+    (its endpoint, account, region ..., from the options and the environment,
+    :attr:`StoreLocation.identity <aioload.sources.stores.StoreLocation>`)
+    tells them apart. Credentials play no part (the same object, whoever
+    reads it).
     """
-    config = getattr(store, "config", None)
-    endpoint = config.get("endpoint") if isinstance(config, Mapping) else None
-    return url if not endpoint else f"{url} @ {endpoint}"
+    return f"{url} @ {location.identity}"
 
 
 class LocalCache:

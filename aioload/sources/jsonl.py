@@ -375,7 +375,7 @@ class JsonLinesDataset(IterableDataset[Any]):
         if self.cache is None or byte_range != 0:
             return _chunks(opener, byte_range)
         return self.cache.stream(
-            entry_identity(url, location.store),
+            entry_identity(url, location),
             path.rpartition("/")[2],
             opener,
             self._counts,

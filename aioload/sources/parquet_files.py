@@ -267,7 +267,7 @@ class ParquetFiles:
         if cache is None:
             return await read_bytes(location, path, shown, counts, byte_range)
         # The file's size is kept with each entry: a suffix read needs it back.
-        identity = f"{entry_identity(shown, location.store)} [{byte_range}]"
+        identity = f"{entry_identity(shown, location)} [{byte_range}]"
         name = path.rpartition("/")[2]
 
         async def fetch() -> bytes:

@@ -747,7 +747,7 @@ class ShardDataset(IterableDataset[Any]):
         if cache is None:
             return _shard_stream(location, path, url, counts)
         return cache.stream(
-            entry_identity(url, location.store),
+            entry_identity(url, location),
             path.rpartition("/")[2],
             functools.partial(_open_shard, location, path, url, counts),
             counts,

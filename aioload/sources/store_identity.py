@@ -140,11 +140,10 @@ def _settings(
 
 def _service_account_base_url(config: Mapping[str, Any], environment: Mapping[str, str]) -> str:
     """The ``gcs_base_url`` a service account names (a local GCS emulator's), if any."""
-    texts = []
-    key, names = _GCS_ACCOUNT_KEY
-    texts += [config.get(key)] + [environment.get(name) for name in names]
-    for key, names in _GCS_ACCOUNT_FILES:
-        for path in [config.get(key)] + [environment.get(name) for name in names]:
+    key_option, key_names = _GCS_ACCOUNT_KEY
+    texts = [config.get(key_option)] + [environment.get(name) for name in key_names]
+    for option, names in _GCS_ACCOUNT_FILES:
+        for path in [config.get(option)] + [environment.get(name) for name in names]:
             if path:
                 try:
                     with open(path, encoding="utf-8") as file:

@@ -58,7 +58,6 @@ from aioload.sources.credentials import (
     _check_credentials,
     _environment,
 )
-from aioload.sources.store_identity import store_identity
 from aioload.sources.store_errors import (
     _redacted,
     _summary,
@@ -66,6 +65,7 @@ from aioload.sources.store_errors import (
     raise_translated,
     translate,
 )
+from aioload.sources.store_identity import store_identity
 from aioload.urls import redact_url
 
 __all__ = [

@@ -1,10 +1,13 @@
 """The lines of a JSON-lines file as its bytes arrive: decompression, then lines with bytes.
 
-:func:`compression_of` tells a file's compression by its name (``.jsonl``, ``.jsonl.gz``,
-``.jsonl.zst``); :func:`decompressed` turns a stream of compressed chunks into a stream
-of decompressed ones (gzip through :mod:`zlib`, every member of a concatenated file;
-zstd through the ``zstandard`` package, every frame), never holding more than a chunk's
-worth; :func:`numbered_lines` splits chunks into lines with :class:`LineSplitter`.
+:func:`compression_of` tells a file's compression by its name (``.jsonl``, ``.ndjson``,
+``.jsonl.gz``, ``.json.gz``, ``.jsonl.zst``, ``.jsonl.bz2``, ``.jsonl.xz`` ...);
+:func:`decompressed` turns a stream of compressed chunks into a stream of decompressed
+ones, never holding more than a chunk's worth: gzip through :mod:`zlib`, bz2 and xz
+through :mod:`bz2` and :mod:`lzma` (every member or stream of a concatenated file, zero
+bytes between and after them skipped, as ``gzip``, ``zcat`` and ``xz`` do), zstd through
+the ``zstandard`` package (every frame). :func:`numbered_lines` splits chunks into lines
+with :class:`LineSplitter`.
 
 A line ends with ``\\n`` (a ``\\r`` before it is dropped too); the last one may have no
 newline. A line's bytes, ``first`` to ``end - 1``, are positions in the (decompressed)
@@ -20,12 +23,15 @@ Example::
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Literal
 
 __all__ = [
+    "COMPRESSIONS",
     "SUFFIXES",
     "Compression",
     "LineSplitter",
@@ -36,11 +42,23 @@ __all__ = [
     "zstd_decompressor",
 ]
 
-Compression = Literal["none", "gzip", "zstd"]
+Compression = Literal["none", "gzip", "zstd", "bz2", "xz"]
 """How a JSON-lines file is stored."""
 
-SUFFIXES: dict[str, Compression] = {".jsonl": "none", ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}
-"""The names a JSON-lines file may end with, and the compression each one means."""
+COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "zstd", "bz2", "xz")
+"""Every compression a JSON-lines file may have."""
+
+_BASES = (".jsonl", ".ndjson", ".json")  # .json: C4's layout (one JSON value per line)
+_PACKED: dict[str, Compression] = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
+SUFFIXES: dict[str, Compression] = {
+    **{base: "none" for base in _BASES if base != ".json"},
+    **{base + end: kind for base in _BASES for end, kind in _PACKED.items()},
+}
+"""The names a JSON-lines file may end with, and the compression each one means.
+
+A plain ``.json`` file is not among them: it is mostly one JSON document, not lines (pass
+``compression=None`` to read one as lines).
+"""
 
 BOM = b"\xef\xbb\xbf"
 OUT_CHUNK = 1 << 20  # the most decompressed bytes gzip hands on at once
@@ -163,44 +181,82 @@ async def decompressed(
     """The bytes of ``chunks`` decompressed, as they arrive (``"none"``: as they are).
 
     Raises:
-        EOFError: the file ends inside a gzip member or zstd frame (truncated).
-        ValueError: the bytes are not gzip (or zstd) data.
+        EOFError: the file ends inside a gzip member, bz2 or xz stream, or zstd frame
+            (truncated).
+        ValueError: the bytes are not data of that compression (or corrupt, or other bytes
+            follow its last member).
         ImportError: a zstd file without the ``zstandard`` package.
     """
     async with aclosing(chunks):
         if compression == "none":
             async for chunk in chunks:
                 yield chunk
-        elif compression == "gzip":
-            async for chunk in _gunzipped(chunks, url):
-                yield chunk
-        else:
+        elif compression == "zstd":
             async for chunk in _unzstd(chunks, url):
                 yield chunk
+        else:
+            async for chunk in _members(chunks, url, compression):
+                yield chunk
 
 
-async def _gunzipped(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:
-    member = zlib.decompressobj(wbits=31)
-    started = False  # the current member has had bytes
+class _Member:
+    """One gzip member, bz2 stream or xz stream being decompressed, a bounded step at a time."""
+
+    __slots__ = ("_decompressor", "_zlib")
+
+    def __init__(self, compression: Compression) -> None:
+        self._zlib = compression == "gzip"
+        factory: Callable[[], Any] = _FACTORIES[compression]
+        self._decompressor = factory()
+
+    def step(self, data: bytes) -> tuple[bytes, bytes, bool, bool]:
+        """``(out, rest, more, ended)``: at most :data:`OUT_CHUNK` bytes out; the input left
+        (after the member's end, when ``ended``); whether output is still held (call again
+        with ``b""``)."""
+        decompressor = self._decompressor
+        out: bytes = decompressor.decompress(data, OUT_CHUNK)
+        if decompressor.eof:
+            return out, decompressor.unused_data, False, True
+        if self._zlib:
+            rest = decompressor.unconsumed_tail
+            return out, rest, not rest and len(out) == OUT_CHUNK, False
+        return out, b"", not decompressor.needs_input, False
+
+
+_FACTORIES: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(wbits=31),
+    "bz2": bz2.BZ2Decompressor,
+    "xz": lambda: lzma.LZMADecompressor(format=lzma.FORMAT_AUTO),
+}
+# bz2 says "Invalid data stream" with an OSError.
+_ERRORS: tuple[type[Exception], ...] = (zlib.error, OSError, lzma.LZMAError)
+
+
+async def _members(
+    chunks: AsyncIterator[bytes], url: str, compression: Compression
+) -> AsyncGenerator[bytes, None]:
+    """Concatenated members (gzip) or streams (bz2, xz), zero bytes between them skipped
+    (the padding ``gzip``, ``zcat`` and ``xz`` accept); other bytes after one fail."""
+    name = compression
+    member: _Member | None = None  # None: between members (zero bytes are passed over)
     async for chunk in chunks:
-        data = chunk
-        started = started or bool(data)
-        while data or started:
+        data, more = chunk, False
+        while data or more:
+            if member is None:
+                data = data.lstrip(b"\0")
+                if not data:
+                    break
+                member = _Member(compression)
             try:
-                out = member.decompress(data, OUT_CHUNK)
-            except zlib.error as error:
-                raise ValueError(f"{url}: not gzip data, or corrupt: {error}") from error
+                out, data, more, ended = member.step(data)
+            except _ERRORS as error:
+                raise ValueError(f"{url}: not {name} data, or corrupt: {error}") from error
             if out:
                 yield out
-            if member.eof:  # a member ended: another may follow (a concatenated file)
-                data = member.unused_data
-                member, started = zlib.decompressobj(wbits=31), bool(data)
-                continue
-            data = member.unconsumed_tail
-            if not data and len(out) < OUT_CHUNK:
-                break  # all of the chunk is in, and out (more may be held for the next)
-    if started:
-        raise EOFError(f"{url}: the gzip data ends early (a truncated file)")
+            if ended:
+                member, more = None, False  # another may follow (a concatenated file)
+    if member is not None:
+        raise EOFError(f"{url}: the {name} data ends early (a truncated file)")
 
 
 async def _unzstd(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:

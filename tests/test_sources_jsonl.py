@@ -26,12 +26,8 @@ from hypothesis import strategies as st
 
 from aioload import DataLoader, RetryPolicy
 from aioload.sources import JsonLinesDataset, MixDataset, ShardDataset, ShardWriter
-from aioload.sources.jsonl_lines import (
-    LineSplitter,
-    compression_of,
-    decompressed,
-    numbered_lines,
-)
+from aioload.sources.decompress import decompressed
+from aioload.sources.jsonl_lines import LineSplitter, compression_of, numbered_lines
 from aioload.sources.shard_state import ShardStateError
 from tests.strategies import JSON_VALUES
 

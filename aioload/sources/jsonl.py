@@ -58,16 +58,8 @@ from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
-from aioload.sources.jsonl_lines import (
-    COMPRESSIONS,
-    SUFFIXES,
-    Compression,
-    compression_of,
-    decompressed,
-    is_blank,
-    numbered_lines,
-    zstd_decompressor,
-)
+from aioload.sources.decompress import COMPRESSIONS, Compression, decompressed, zstd_decompressor
+from aioload.sources.jsonl_lines import SUFFIXES, compression_of, is_blank, numbered_lines
 from aioload.sources.rank_split import epoch_order
 from aioload.sources.shard_faults import decoded, guarded_runs
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order

@@ -1,13 +1,9 @@
 """The lines of a JSON-lines file as its bytes arrive: decompression, then lines with bytes.
 
 :func:`compression_of` tells a file's compression by its name (``.jsonl``, ``.ndjson``,
-``.jsonl.gz``, ``.json.gz``, ``.jsonl.zst``, ``.jsonl.bz2``, ``.jsonl.xz`` ...);
-:func:`decompressed` turns a stream of compressed chunks into a stream of decompressed
-ones, never holding more than a chunk's worth: gzip through :mod:`zlib`, bz2 and xz
-through :mod:`bz2` and :mod:`lzma` (every member or stream of a concatenated file, zero
-bytes between and after them skipped, as ``gzip``, ``zcat`` and ``xz`` do), zstd through
-the ``zstandard`` package (every frame). :func:`numbered_lines` splits chunks into lines
-with :class:`LineSplitter`.
+``.jsonl.gz``, ``.json.gz``, ``.jsonl.zst``, ``.jsonl.bz2``, ``.jsonl.xz`` ...); the bytes
+are decompressed as they arrive by :func:`~aioload.sources.decompress.decompressed`;
+:func:`numbered_lines` splits chunks into lines with :class:`LineSplitter`.
 
 A line ends with ``\\n`` (a ``\\r`` before it is dropped too); the last one may have no
 newline. A line's bytes, ``first`` to ``end - 1``, are positions in the (decompressed)
@@ -23,30 +19,11 @@ Example::
 
 from __future__ import annotations
 
-import bz2
-import lzma
-import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
-from typing import Any, Literal
+from collections.abc import AsyncGenerator, AsyncIterator
 
-__all__ = [
-    "COMPRESSIONS",
-    "SUFFIXES",
-    "Compression",
-    "LineSplitter",
-    "compression_of",
-    "decompressed",
-    "is_blank",
-    "numbered_lines",
-    "zstd_decompressor",
-]
+from aioload.sources.decompress import Compression
 
-Compression = Literal["none", "gzip", "zstd", "bz2", "xz"]
-"""How a JSON-lines file is stored."""
-
-COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "zstd", "bz2", "xz")
-"""Every compression a JSON-lines file may have."""
+__all__ = ["SUFFIXES", "LineSplitter", "compression_of", "is_blank", "numbered_lines"]
 
 _BASES = (".jsonl", ".ndjson", ".json")  # .json: C4's layout (one JSON value per line)
 _PACKED: dict[str, Compression] = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -61,7 +38,6 @@ A plain ``.json`` file is not among them: it is mostly one JSON document, not li
 """
 
 BOM = b"\xef\xbb\xbf"
-OUT_CHUNK = 1 << 20  # the most decompressed bytes gzip hands on at once
 _BLANK = b" \t\r\n"  # JSON's whitespace
 
 
@@ -83,18 +59,6 @@ def compression_of(path: str) -> Compression | None:
 def is_blank(content: bytes) -> bool:
     """Whether a line holds only whitespace (such a line is no sample)."""
     return not content.strip(_BLANK)
-
-
-def zstd_decompressor() -> Any:
-    """A ``zstandard.ZstdDecompressor``; a clear ImportError without the ``jsonl`` extra."""
-    try:
-        import zstandard
-    except ImportError as error:
-        raise ImportError(
-            "reading .jsonl.zst files needs the zstandard package: "
-            "pip install 'aioload-data[jsonl]'"
-        ) from error
-    return zstandard.ZstdDecompressor()
 
 
 class LineSplitter:
@@ -173,111 +137,3 @@ async def numbered_lines(
             line += 1
     for content, first, end in splitter.finish():
         yield line, content, first, end
-
-
-async def decompressed(
-    chunks: AsyncGenerator[bytes, None], compression: Compression, url: str
-) -> AsyncGenerator[bytes, None]:
-    """The bytes of ``chunks`` decompressed, as they arrive (``"none"``: as they are).
-
-    Raises:
-        EOFError: the file ends inside a gzip member, bz2 or xz stream, or zstd frame
-            (truncated).
-        ValueError: the bytes are not data of that compression (or corrupt, or other bytes
-            follow its last member).
-        ImportError: a zstd file without the ``zstandard`` package.
-    """
-    async with aclosing(chunks):
-        if compression == "none":
-            async for chunk in chunks:
-                yield chunk
-        elif compression == "zstd":
-            async for chunk in _unzstd(chunks, url):
-                yield chunk
-        else:
-            async for chunk in _members(chunks, url, compression):
-                yield chunk
-
-
-class _Member:
-    """One gzip member, bz2 stream or xz stream being decompressed, a bounded step at a time."""
-
-    __slots__ = ("_decompressor", "_zlib")
-
-    def __init__(self, compression: Compression) -> None:
-        self._zlib = compression == "gzip"
-        factory: Callable[[], Any] = _FACTORIES[compression]
-        self._decompressor = factory()
-
-    def step(self, data: bytes) -> tuple[bytes, bytes, bool, bool]:
-        """``(out, rest, more, ended)``: at most :data:`OUT_CHUNK` bytes out; the input left
-        (after the member's end, when ``ended``); whether output is still held (call again
-        with ``b""``)."""
-        decompressor = self._decompressor
-        out: bytes = decompressor.decompress(data, OUT_CHUNK)
-        if decompressor.eof:
-            return out, decompressor.unused_data, False, True
-        if self._zlib:
-            rest = decompressor.unconsumed_tail
-            return out, rest, not rest and len(out) == OUT_CHUNK, False
-        return out, b"", not decompressor.needs_input, False
-
-
-_FACTORIES: dict[str, Callable[[], Any]] = {
-    "gzip": lambda: zlib.decompressobj(wbits=31),
-    "bz2": bz2.BZ2Decompressor,
-    "xz": lambda: lzma.LZMADecompressor(format=lzma.FORMAT_AUTO),
-}
-# bz2 says "Invalid data stream" with an OSError.
-_ERRORS: tuple[type[Exception], ...] = (zlib.error, OSError, lzma.LZMAError)
-
-
-async def _members(
-    chunks: AsyncIterator[bytes], url: str, compression: Compression
-) -> AsyncGenerator[bytes, None]:
-    """Concatenated members (gzip) or streams (bz2, xz), zero bytes between them skipped
-    (the padding ``gzip``, ``zcat`` and ``xz`` accept); other bytes after one fail."""
-    name = compression
-    member: _Member | None = None  # None: between members (zero bytes are passed over)
-    async for chunk in chunks:
-        data, more = chunk, False
-        while data or more:
-            if member is None:
-                data = data.lstrip(b"\0")
-                if not data:
-                    break
-                member = _Member(compression)
-            try:
-                out, data, more, ended = member.step(data)
-            except _ERRORS as error:
-                raise ValueError(f"{url}: not {name} data, or corrupt: {error}") from error
-            if out:
-                yield out
-            if ended:
-                member, more = None, False  # another may follow (a concatenated file)
-    if member is not None:
-        raise EOFError(f"{url}: the {name} data ends early (a truncated file)")
-
-
-async def _unzstd(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:
-    import zstandard
-
-    decompressor = zstd_decompressor()
-    frame = decompressor.decompressobj()
-    started = False  # the current frame has had bytes
-    async for chunk in chunks:
-        data = chunk
-        while data:
-            started = True
-            try:
-                out = frame.decompress(data)
-            except zstandard.ZstdError as error:
-                raise ValueError(f"{url}: not zstd data, or corrupt: {error}") from error
-            if out:
-                yield out
-            if not frame.eof:
-                break
-            data = frame.unused_data  # a frame ended: another may follow
-            frame, started = decompressor.decompressobj(), False
-    if started:
-        raise EOFError(f"{url}: the zstd data ends early (a truncated file)")

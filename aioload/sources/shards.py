@@ -54,7 +54,6 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import re
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
@@ -67,6 +66,7 @@ import numpy as np
 from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounter, SourceCounts
+from aioload.sources.braces import expand_braces
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.decompress import Compression, decompressed, zstd_decompressor
@@ -110,8 +110,6 @@ from aioload.worker_info import get_worker_info
 __all__ = ["TAR_SUFFIXES", "ShardDataset", "default_decode", "expand_urls", "tar_compression"]
 
 
-_BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
-
 TAR_SUFFIXES: dict[str, Compression] = {
     ".tar.gz": "gzip",
     ".tgz": "gzip",
@@ -143,35 +141,31 @@ def tar_compression(path: str) -> Compression:
 
 
 def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """A list of shard URLs from a list, or from a brace pattern (WebDataset's notation).
+    """A list of URLs from a list, or from a brace pattern (WebDataset's notation).
 
-    ``{000..009}`` expands to ``000``, ``001``, ..., ``009`` (the width of the
-    first bound is kept); a string may hold several patterns.
+    A pattern expands as bash expands it (:func:`~aioload.sources.braces.expand_braces`):
+    lists ``{train,val}``, ranges ``{000..099}`` (zero padded as the bounds are written)
+    and ``{0..100..10}`` (with a step), nested and several groups; each string of a list
+    is expanded too.
+
+    Raises:
+        ValueError: an unmatched brace (never left in a URL as literal text).
+        TypeError: a URL that is not a str.
 
     Example::
 
         >>> expand_urls("s3://b/shard-{00..02}.tar")
         ['s3://b/shard-00.tar', 's3://b/shard-01.tar', 's3://b/shard-02.tar']
+        >>> expand_urls("s3://b/{train,val}-{0..10..5}.tar")[:4]
+        ['s3://b/train-0.tar', 's3://b/train-5.tar', 's3://b/train-10.tar', 's3://b/val-0.tar']
     """
     if isinstance(urls, str):
-        match = _BRACES.search(urls)
-        if match is None:
-            return [urls]
-        first, last = match.group(1), match.group(2)
-        if int(last) < int(first):
-            raise ValueError(f"the range {match.group(0)} in {redact_url(urls)!r} is empty")
-        head, tail = urls[: match.start()], urls[match.end() :]
-        width = len(first)
-        return [
-            url
-            for number in range(int(first), int(last) + 1)
-            for url in expand_urls(f"{head}{number:0{width}d}{tail}")
-        ]
+        return expand_braces(urls)
     expanded = []
     for url in urls:
         if not isinstance(url, str):
             raise TypeError(f"shard URLs should be str; got {url!r}")
-        expanded += expand_urls(url)
+        expanded += expand_braces(url)
     return expanded
 
 

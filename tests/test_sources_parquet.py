@@ -361,6 +361,29 @@ def test_map_style_default_collate_of_ragged_lists_raises_as_for_the_rows(prefix
         default_collate(block.rows())
 
 
+def test_an_epoch_with_null_strings_finishes_whatever_the_shuffle(tmp_path: Path) -> None:
+    # The first row of a batch null or not: every batch collates, nulls as None.
+    names = [None if i % 3 == 0 else f"n{i}" for i in range(30)]
+    flags = [None if i % 4 == 1 else i % 2 == 0 for i in range(30)]
+    table = pa.table({"id": list(range(30)), "name": names, "flag": flags})
+    pq.write_table(table, tmp_path / "nulls.parquet", row_group_size=7)
+    url = f"file://{tmp_path}/nulls.parquet"
+    for seed in range(3):
+        loader = DataLoader(
+            ParquetDataset(url), batch_size=4, shuffle=True, generator=np.random.default_rng(seed)
+        )
+        seen = {}
+        for batch in loader:
+            assert isinstance(batch["name"], list)  # flag: a list where a null is, else bools
+            flag = batch["flag"]
+            assert isinstance(flag, list) == any(value is None for value in flag)
+            values = zip(batch["name"], list(flag), strict=True)
+            seen.update(zip(batch["id"].tolist(), values, strict=True))
+        assert seen == {i: (names[i], flags[i]) for i in range(30)}
+    streamed = DataLoader(IterableParquetDataset(url), batch_size=4)
+    assert [name for batch in streamed for name in batch["name"]] == names
+
+
 @pytest.mark.asyncio
 async def test_a_nanosecond_timestamp_column_with_nulls_reads(tmp_path: Path) -> None:
     # What pandas writes: datetime64[ns], NaT for a missing time.

@@ -779,6 +779,59 @@ def test_map_style_skips_only_the_rows_that_do_not_decode(
     assert loader.stats().total.retries == 0  # a format error is not retried
 
 
+@pytest.fixture
+def with_a_truncated_file(tmp_path: Path) -> str:
+    paths = write_files(tmp_path)
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) // 2])  # ids 23 to 29: the footer gone
+    return f"file://{tmp_path}/"
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_file_whose_footer_cannot_be_read_is_skipped_under_the_policy(
+    with_a_truncated_file: str, workers: int
+) -> None:
+    data = stream(with_a_truncated_file, shuffle_buffer=4)
+    loader = run(data, workers, on_error="skip")
+    for _ in range(2):  # every epoch: skipped and recorded once
+        got = ids(list(loader))
+        assert Counter(got) == Counter([*range(23), *range(30, TOTAL)])
+        (item,) = loader.skipped
+        assert item.key == f"{with_a_truncated_file}part-001.parquet"
+        assert item.error_type.endswith("ParquetFormatError")
+        assert "its footer cannot be read" in str(item.where)
+    # Without the policy the stream fails at that footer, as it did, naming the file.
+    with pytest.raises(ParquetFormatError, match=r"part-001\.parquet: not a Parquet file"):
+        list(run(stream(with_a_truncated_file), 0))
+
+
+def test_a_missing_file_is_skipped_and_the_rows_split_over_the_readable_ones(
+    with_a_truncated_file: str,
+) -> None:
+    urls = [f"{with_a_truncated_file}part-{i:03d}.parquet" for i in (0, 2)]
+    urls.insert(1, f"{with_a_truncated_file}gone.parquet")
+    seen: list[int] = []
+    for rank in range(2):
+        data = stream(urls, rank=rank, world_size=2)
+        assert len(data) == (23 + 31) // 2  # the readable files' rows, split
+        loader = run(data, 0, on_error="skip")
+        seen += ids(list(loader))
+        (item,) = loader.skipped
+        assert item.key == urls[1] and item.error_type == "builtins.FileNotFoundError"
+    assert sorted(seen) == [*range(23), *range(30, TOTAL)]
+    with pytest.raises(FileNotFoundError, match=r"gone\.parquet"):
+        list(run(stream(urls), 0))
+
+
+def test_map_style_needs_every_footer_whatever_the_policy(with_a_truncated_file: str) -> None:
+    # Its length, and so every row's index, counts every file's rows: a file whose footer
+    # cannot be read fails it, naming the file, as without the policy.
+    dataset = ParquetDataset(with_a_truncated_file, columns=["id"])
+    loader = DataLoader(dataset, batch_size=8, on_error="skip")
+    with pytest.raises(ParquetFormatError, match=r"part-001\.parquet"):
+        list(loader)
+
+
 # -- fuzz ------------------------------------------------------------------------------
 
 

@@ -852,6 +852,13 @@ def test_another_limit_replaces_the_folders_and_says_so(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=r"(?s)limit of .* from 1000 to 3000"):
         third = LocalCache(tmp_path, 3000)
     assert third.folder_limit() == LocalCache(tmp_path).folder_limit() == 3000
+    # A ledger removed (or rewritten by an earlier version) gets its limit back from the
+    # first instance with a limit that reserves room.
+    os.unlink(tmp_path / ".aioload-cache")
+    folder = CacheFolder(str(tmp_path), None)
+    assert folder.folder_limit() is None
+    _fill(third._folder, "x", 10)
+    assert folder.folder_limit() == 3000
 
 
 def _fill(folder: CacheFolder, name: str, size: int) -> None:

@@ -228,6 +228,10 @@ class CacheFolder:
         """
         with self._ledger() as ledger:
             limit = ledger.limit
+            if limit is None and self.limit is not None:
+                # The ledger lost its limit (removed, or written by an earlier version).
+                limit = self.limit
+                ledger.set_limit(limit)
             used = ledger.used
             if limit is not None:
                 if size > limit:

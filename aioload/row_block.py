@@ -8,7 +8,11 @@ a batch as a list of samples still works; and it collates itself:
 
 - ``default_collate(block)`` is ``block.collate()``, which must equal
   ``default_collate(block.rows())`` — the same keys, values, dtypes and errors — only
-  faster (the contract every subclass is tested against);
+  faster (the contract every subclass is tested against). One exception, where rows
+  would make a batch depend on their order: a field whose rows hold ``None`` (a null)
+  may come as the list of its values, ``None`` included, where ``default_collate`` of
+  the rows would fail when the first row is null and pass when a later one is (see
+  :mod:`aioload.sources.arrow_rows`);
 - a ``collate_fn`` of the user's gets ``block.rows()``, a plain ``list`` of row dicts, as
   torch's loader would hand it (the batch reader converts, see :func:`as_samples`).
 

@@ -2,10 +2,12 @@
 
 A block collates itself from its columns, faster, and must give what collating its rows
 one by one gives — the same keys, types, dtypes and values (NaN where the rows have NaN),
-or the same type of error. Tested on a minimal subclass and, with hypothesis, on
-:class:`~aioload.sources.arrow_rows.ArrowRows` over generated Arrow tables: integers of
-every width, floats, bools, strings, timestamps, dates, lists (equal lengths and ragged),
-structs, with and without nulls, in one chunk or several, sliced.
+or the same type of error; but where a column's rows hold ``None`` (a null numpy cannot
+hold), which would make collating the rows fail or pass by which row comes first, the
+column comes as the list of its rows' values. Tested on a minimal subclass and, with
+hypothesis, on :class:`~aioload.sources.arrow_rows.ArrowRows` over generated Arrow tables:
+integers of every width, floats, bools, strings, timestamps, dates, lists (equal lengths and
+ragged), structs, with and without nulls, in one chunk or several, sliced, in any row order.
 """
 
 from __future__ import annotations
@@ -79,6 +81,54 @@ def check_contract(block: RowBlock) -> Any:
         assert ours == theirs, (ours, theirs)
         return None
     assert_same(ours[1], theirs[1])
+    return ours[1]
+
+
+def holds_none(value: Any) -> bool:
+    """Whether a row's value is, or holds, ``None``."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(holds_none(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(holds_none(v) for v in value)
+    return False
+
+
+def rows_batch(block: ArrowRows) -> tuple[str, Any]:
+    """What ``default_collate(block)`` should give, from the block's rows: each column
+    collated from its rows' values, or, if they hold ``None``, their list; a list column
+    whose rows have different lengths fails as default_collate fails on them."""
+    rows = block.rows()
+    if not rows:
+        return collated_or_error(default_collate, rows)
+    batch = {}
+    for name, column in zip(block.table.column_names, block.table.columns, strict=True):
+        values = [row[name] for row in rows]
+        lists = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+        if lists and len({len(v) for v in values if v is not None}) > 1:
+            return "error", RuntimeError
+        if any(holds_none(value) for value in values):
+            batch[name] = values
+            continue
+        outcome = collated_or_error(default_collate, values)
+        if outcome[0] == "error":
+            return outcome
+        batch[name] = outcome[1]
+    return "ok", batch
+
+
+def check_arrow_contract(block: ArrowRows) -> Any:
+    """``default_collate(block)`` against :func:`rows_batch`; the batch."""
+    ours = collated_or_error(default_collate, block)
+    theirs = rows_batch(block)
+    if ours[0] == "error" or theirs[0] == "error":
+        assert ours == theirs, (ours, theirs)
+        return None
+    assert_same(ours[1], theirs[1])
+    rows = collated_or_error(default_collate, block.rows())
+    if rows[0] == "ok":
+        assert_same(ours[1], rows[1])  # where the rows collate, the same batch exactly
     return ours[1]
 
 
@@ -203,7 +253,12 @@ def test_arrow_rows_collate_like_their_rows(table: pa.Table) -> None:
     block = ArrowRows(table)
     assert len(block) == table.num_rows
     assert [list(row) for row in block.rows()] == [table.column_names] * table.num_rows
-    batch = check_contract(block)
+    batch = check_arrow_contract(block)
+    # The rows in another order: the same outcome, the batch's rows in that order.
+    order = pa.array(range(table.num_rows - 1, -1, -1), pa.int64())
+    reversed_block = ArrowRows(table.take(order))
+    again = check_arrow_contract(reversed_block)
+    assert (batch is None) == (again is None)
     if batch is None:
         return
     for name, value in batch.items():
@@ -252,7 +307,7 @@ def test_a_batch_does_not_alias_arrow_memory() -> None:
 
 
 def test_an_empty_block_fails_as_an_empty_batch() -> None:
-    check_contract(ArrowRows(pa.table({"x": pa.array([], pa.int64())})))
+    check_arrow_contract(ArrowRows(pa.table({"x": pa.array([], pa.int64())})))
     with pytest.raises(IndexError):
         default_collate(ArrowRows(pa.table({"x": pa.array([], pa.int64())})))
 
@@ -295,4 +350,64 @@ def test_times_with_nulls_are_nat(unit: str) -> None:
     assert np.isnat(block[1]["t"])
     batch = default_collate(block)["t"]
     assert batch.dtype == np.dtype(f"datetime64[{unit}]") and np.isnat(batch[1])
-    check_contract(block)
+    check_arrow_contract(block)
+
+
+NULLABLE = {
+    "string": (pa.string(), ["a", "b"]),
+    "binary": (pa.binary(), [b"a", b"b"]),
+    "bool": (pa.bool_(), [True, False]),
+    "list of ints": (pa.list_(pa.int64()), [[1, 2], [3, 4]]),
+    "list of strings": (pa.list_(pa.string()), [["a"], ["b"]]),
+    "struct": (pa.struct([("a", pa.int64())]), [{"a": 1}, {"a": 2}]),
+    "int": (pa.int32(), [1, 2]),
+    "float": (pa.float32(), [1.5, 2.5]),
+    "timestamp": (pa.timestamp("ms"), [1, 2]),
+    "date": (pa.date32(), [1, 2]),
+}
+
+
+@pytest.mark.parametrize("kind", list(NULLABLE))
+@pytest.mark.parametrize("null_at", [0, 1, 2])
+def test_a_null_comes_through_whatever_row_comes_first(kind: str, null_at: int) -> None:
+    arrow_type, present = NULLABLE[kind]
+    values: list[Any] = list(present)
+    values.insert(null_at, None)
+    batch = default_collate(ArrowRows(pa.table({"c": pa.array(values, arrow_type)})))["c"]
+    if isinstance(batch, np.ndarray):  # numbers and times: NaN and NaT
+        assert kind in ("int", "float", "timestamp", "date")
+        assert np.isnan(batch[null_at]) if batch.dtype.kind == "f" else np.isnat(batch[null_at])
+        assert np.count_nonzero(np.isnan(batch) if batch.dtype.kind == "f" else np.isnat(batch))
+        return
+    assert isinstance(batch, list) and len(batch) == 3
+    assert batch[null_at] is None and sum(value is None for value in batch) == 1
+    others = [plain(value) for i, value in enumerate(batch) if i != null_at]
+    assert others == present
+
+
+def plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def test_a_null_inside_a_value_comes_through_as_none() -> None:
+    table = pa.table(
+        {
+            "st": pa.array([{"a": None}, {"a": 1}], pa.struct([("a", pa.int64())])),
+            "ls": pa.array([["x", None], ["y", "z"]], pa.list_(pa.string())),
+            "lb": pa.array([[True], [None]], pa.list_(pa.bool_())),
+            "li": pa.array([[1, None], [2, 3]], pa.list_(pa.int64())),  # NaN: numpy holds it
+        }
+    )
+    batch = default_collate(ArrowRows(table))
+    assert batch["st"] == [{"a": None}, {"a": 1}]
+    assert batch["ls"] == [["x", None], ["y", "z"]]
+    assert batch["lb"] == [[True], [None]]
+    assert batch["li"].dtype == np.float64 and np.isnan(batch["li"][0, 1])
+
+
+@pytest.mark.parametrize("first", ["short", "long"])
+def test_ragged_lists_fail_naming_the_column_and_collate_fn(first: str) -> None:
+    rows = [[1], [2, 3], None] if first == "short" else [[2, 3], None, [1]]
+    block = ArrowRows(pa.table({"id": [0, 1, 2], "tags": pa.array(rows, pa.list_(pa.int64()))}))
+    with pytest.raises(RuntimeError, match=r"(?s)column 'tags'.*different lengths.*collate_fn="):
+        default_collate(block)

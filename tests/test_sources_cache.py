@@ -209,7 +209,7 @@ def test_least_recently_used_goes_first(server: ObjectServer, tmp_path: Path) ->
             await asyncio.sleep(0.03)  # past the file system's clock tick: the order is clear
 
     asyncio.run(read(0, 1, 0, 2))  # 1 is the least recently used when 2 needs room
-    cached = sorted(name.split("-", 1)[1] for name in os.listdir(tmp_path) if ".data" in name)
+    cached = sorted(name.split("-", 2)[2] for name in os.listdir(tmp_path) if ".data" in name)
     assert cached == ["000.bin.data", "002.bin.data"]
     before = requests(server)
     asyncio.run(read(0, 2))
@@ -263,7 +263,7 @@ def test_a_crash_mid_download_leaves_nothing_corrupt(
         dataset = ShardDataset({url!r}, cache_dir={str(tmp_path)!r}, cache_limit={10 * size})
         folder = dataset.cache._folder
         location = dataset._locations[dataset._paths[0][0]]
-        files = folder.files(entry_identity({url!r}, location.store), "s-000.tar")
+        files = folder.files(entry_identity({url!r}, location), "s-000.tar")
         assert folder.lock_entry(files) is not None
         part = folder.reserve(files, {size})
         os.pwrite(part, b"garbage" * 100, 0)
@@ -559,7 +559,7 @@ def test_waiting_gives_up_on_a_writer_that_makes_no_progress(
     assert dataset.cache is not None
     folder = dataset.cache._folder
     location = dataset._location
-    identity = entry_identity(location.describe(location.key("002.bin")), location.store)
+    identity = entry_identity(location.describe(location.key("002.bin")), location)
     files = folder.files(identity, "002.bin")
     lock = folder.lock_entry(files)
     assert lock is not None  # a writer that hangs: holds the lock, writes nothing
@@ -627,3 +627,282 @@ def test_a_disk_that_fills_mid_shard_goes_on_from_the_store_where_it_left_off(
     # from where the file left off, not from the start.
     assert counts is not None and counts.cache_misses == 1
     assert size < counts.store_bytes < size + 2 * writes[1]
+
+
+# -- what names an entry: every setting that selects the store ---------------------------
+
+
+@pytest.fixture
+def two_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Two object servers that both speak for bucket ``bucket`` and account ``acct``
+    (S3 path-style and Azure emulator URLs are plain paths): the same key, other bytes."""
+    servers = []
+    try:
+        for fill in (b"A", b"B"):
+            root = tmp_path_factory.mktemp("store")
+            for folder in ("bucket", "acct/cont", "other/cont"):
+                (root / folder).mkdir(parents=True)
+            (root / "bucket" / "x.bin").write_bytes(fill * 100)
+            (root / "acct" / "cont" / "x.bin").write_bytes(fill * 100)
+            (root / "other" / "cont" / "x.bin").write_bytes(fill.lower() * 100)
+            servers.append(ObjectServer(root).start())
+        yield servers[0].url, servers[1].url
+    finally:
+        for running in servers:
+            running.stop()
+
+
+def test_an_endpoint_from_the_environment_names_the_entry(
+    two_stores: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_cloud_env: None,
+) -> None:
+    first, second = two_stores
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    read = []
+    for name, endpoint in (
+        ("AWS_ENDPOINT_URL", first),
+        ("AWS_ENDPOINT_URL", second),
+        ("AWS_ENDPOINT_URL_S3", first),
+        ("AWS_ENDPOINT", second),
+    ):
+        for other in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT"):
+            monkeypatch.delenv(other, raising=False)
+        monkeypatch.setenv(name, endpoint)
+        dataset = ObjectDataset("s3://bucket/", ["x.bin"], skip_signature=True, cache_dir=tmp_path)
+        read.append(asyncio.run(dataset[0]))
+    assert read == [b"A" * 100, b"B" * 100, b"A" * 100, b"B" * 100]
+
+
+def test_the_azure_account_names_the_entry(
+    two_stores: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_cloud_env: None,
+) -> None:
+    first, second = two_stores
+    options = {"use_emulator": True, "skip_signature": True, "allow_http": True}
+    read = []
+    for account, emulator in (("acct", first), ("other", first), ("acct", second)):
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", account)
+        monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", emulator)
+        dataset = ObjectDataset("az://cont/", ["x.bin"], cache_dir=tmp_path, **options)
+        read.append(asyncio.run(dataset[0]))
+    assert read == [b"A" * 100, b"a" * 100, b"B" * 100]
+
+
+def test_the_settings_that_select_a_store_name_its_entries(
+    monkeypatch: pytest.MonkeyPatch, no_cloud_env: None
+) -> None:
+    from aioload.sources.stores import StoreLocation
+
+    def identity(url: str, **options: Any) -> str:
+        return StoreLocation(url, options).identity
+
+    anonymous = {"skip_signature": True}
+    s3 = identity("s3://bucket/", **anonymous)
+    assert identity("s3://bucket/", **anonymous) == s3  # the same settings: the same entries
+    others = [
+        identity("s3://other/", **anonymous),
+        identity("s3://bucket/", endpoint="http://127.0.0.1:1", **anonymous),
+        identity("s3://bucket/", aws_endpoint_url_s3="http://127.0.0.1:1", **anonymous),
+        identity("s3://bucket/", region="eu-west-1", **anonymous),
+        identity("s3://bucket/", virtual_hosted_style_request=True, **anonymous),
+    ]
+    for name, value in (
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:2"),
+        ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:2"),
+        ("AWS_ENDPOINT", "http://127.0.0.1:3"),
+        ("AWS_REGION", "eu-west-2"),
+        ("AWS_DEFAULT_REGION", "eu-west-3"),
+    ):
+        monkeypatch.setenv(name, value)
+        others.append(identity("s3://bucket/", **anonymous))
+        monkeypatch.delenv(name)
+    # Credentials do not select what is read from S3: the same entries, whoever reads them.
+    keyed = identity("s3://bucket/", access_key_id="k", secret_access_key="s")
+    assert keyed == s3
+    azure = identity("az://cont/", account_name="one", **anonymous)
+    others += [
+        azure,
+        identity("az://cont/", account_name="two", **anonymous),
+        identity("az://cont/", account_name="one", endpoint="http://127.0.0.1:4", **anonymous),
+        identity("gs://bucket/", **anonymous),
+        identity("gs://bucket/", base_url="http://127.0.0.1:5", **anonymous),
+        identity("http://127.0.0.1:6/"),
+        identity("http://token@127.0.0.1:6/"),
+        identity("http://other@127.0.0.1:6/"),
+    ]
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "three")
+    others.append(identity("az://cont/", **anonymous))
+    assert len({s3, *others}) == len(others) + 1
+    # No secret in the identity (it is hashed into file names, but it may be printed).
+    assert "token" not in identity("http://token@127.0.0.1:6/")
+
+
+# -- the folder is this user's own: no link followed, no folder of another user ----------
+
+
+def test_a_new_cache_folder_is_private(tmp_path: Path) -> None:
+    LocalCache(tmp_path / "a" / "cache")
+    assert (tmp_path / "a" / "cache").stat().st_mode & 0o777 == 0o700
+
+
+def test_links_planted_in_the_folder_are_never_followed(
+    server: ObjectServer, shard_folder: Path, tmp_path: Path
+) -> None:
+    # Someone who could write the folder plants links where the cache's files will be: the
+    # cache must not write through them (nor read a planted file as the shard).
+    url = server.url + "/shards/s-000.tar"
+    folder = tmp_path / "cache"
+    dataset = ShardDataset(url, decode=label, cache_dir=folder, cache_limit="1GB")
+    assert dataset.cache is not None
+    location = dataset._locations[dataset._paths[0][0]]
+    files = dataset.cache._folder.files(entry_identity(url, location), "s-000.tar")
+    victims = {}
+    for suffix in ("part", "lock"):
+        victim = tmp_path / f"victim.{suffix}"
+        victim.write_bytes(b"precious " + suffix.encode())
+        os.symlink(victim, getattr(files, suffix))
+        victims[victim] = victim.read_bytes()
+
+    async def epoch() -> list[int]:
+        return [n async for n in dataset]
+
+    for _ in range(2):
+        assert asyncio.run(epoch()) == list(range(PER_SHARD))
+    for victim, content in victims.items():
+        assert victim.read_bytes() == content
+    # A planted .data link is not taken for the entry either.
+    os.unlink(files.data) if os.path.lexists(files.data) else None
+    fake = tmp_path / "fake.tar"
+    fake.write_bytes((shard_folder / "shards" / "s-001.tar").read_bytes())
+    os.symlink(fake, files.data)
+    assert asyncio.run(epoch()) == list(range(PER_SHARD))
+
+
+def test_a_planted_ledger_link_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.symlink(victim, folder / ".aioload-cache")
+    with pytest.raises(PermissionError, match=r"\.aioload-cache"):
+        cache = LocalCache(folder, "1GB")
+        cache.usage()
+    assert victim.read_bytes() == b"precious"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user")
+def test_a_folder_of_another_user_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    with pytest.raises(PermissionError, match=r"(?s)cache.*owned by uid 65534.*0700"):
+        LocalCache(folder)
+    with pytest.raises(PermissionError, match="owned by uid 65534"):
+        ShardDataset("file:///x/a.tar", cache_dir=folder)
+    # Nor through a link another user made to a folder of ours.
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    os.symlink(mine, link)
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(PermissionError, match=r"link.*uid 65534"):
+        LocalCache(link)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777])
+def test_a_folder_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.chmod(folder, mode)
+    with pytest.raises(PermissionError, match=r"(?s)can be written by .*chmod go-w"):
+        LocalCache(folder)
+    os.chmod(folder, 0o755)  # others may read: a cache of public data
+    LocalCache(folder)
+
+
+# -- one limit per folder, kept in its ledger -------------------------------------------
+
+
+def test_an_instance_without_a_limit_keeps_to_the_folders(
+    server: ObjectServer, tmp_path: Path
+) -> None:
+    keys = [f"{i:03d}.bin" for i in range(6)]
+    limited = ObjectDataset(server.url + "/objects/", keys, cache_dir=tmp_path, cache_limit=2100)
+    unlimited = ObjectDataset(server.url + "/objects/", keys, cache_dir=tmp_path)
+
+    async def read(dataset: ObjectDataset, *indices: int) -> None:
+        for index in indices:
+            assert await dataset[index] == bytes([index]) * 1000
+            assert folder_bytes(tmp_path) <= 2100
+
+    asyncio.run(read(limited, 0))
+    asyncio.run(read(unlimited, 1, 2, 3))
+    asyncio.run(read(limited, 4))
+    asyncio.run(read(unlimited, 5))
+    assert unlimited.cache is not None and unlimited.cache.folder_limit() == 2100
+
+
+def test_another_limit_replaces_the_folders_and_says_so(tmp_path: Path) -> None:
+    LocalCache(tmp_path, 1000)
+    assert LocalCache(tmp_path).folder_limit() == 1000
+    with pytest.warns(UserWarning, match=r"(?s)limit of .* from 1000 to 3000"):
+        third = LocalCache(tmp_path, 3000)
+    assert third.folder_limit() == LocalCache(tmp_path).folder_limit() == 3000
+    # A ledger removed (or rewritten by an earlier version) gets its limit back from the
+    # first instance with a limit that reserves room.
+    os.unlink(tmp_path / ".aioload-cache")
+    folder = CacheFolder(str(tmp_path), None)
+    assert folder.folder_limit() is None
+    _fill(third._folder, "x", 10)
+    assert folder.folder_limit() == 3000
+
+
+def _fill(folder: CacheFolder, name: str, size: int) -> None:
+    files = folder.files(name, name)
+    lock = folder.lock_entry(files)
+    assert lock is not None
+    part = folder.reserve(files, size)
+    assert part is not None
+    os.pwrite(part, b"x" * size, 0)
+    os.close(part)
+    folder.commit(files)
+    folder.unlock_entry(files, lock)
+
+
+def test_an_entry_that_cannot_fit_evicts_nothing(tmp_path: Path) -> None:
+    folder = CacheFolder(str(tmp_path), 1000)
+    for name in ("a", "b"):
+        _fill(folder, name, 400)
+    reading = folder.open_entry(folder.files("a", "a"))
+    assert reading is not None
+    try:
+        for name, size in (("c", 700), ("d", 1001)):
+            files = folder.files(name, name)
+            lock = folder.lock_entry(files)
+            assert lock is not None
+            # 700 fits only if "a" goes, and "a" is being read; 1001 never fits.
+            assert folder.reserve(files, size) is None
+            folder.unlock_entry(files, lock)
+            assert os.path.exists(folder.files("b", "b").data)  # not evicted for nothing
+            assert folder.usage() == 800
+    finally:
+        os.close(reading)
+
+
+def test_entries_of_an_earlier_version_are_dropped(server: ObjectServer, tmp_path: Path) -> None:
+    import hashlib
+
+    # An entry as an earlier version named it (by its URL alone), holding another store's
+    # bytes: it is never taken for the object, and it is removed.
+    url = server.url + "/objects/003.bin"
+    digest = hashlib.sha256(url.encode()).hexdigest()[:32]
+    (tmp_path / f"{digest}-003.bin.data").write_bytes(b"another store's bytes")
+    (tmp_path / ".aioload-cache").write_bytes(b"21")
+    dataset = ObjectDataset(server.url + "/objects/", ["003.bin"], cache_dir=tmp_path)
+    assert not (tmp_path / f"{digest}-003.bin.data").exists()  # gone on opening the folder
+    assert asyncio.run(dataset[0]) == bytes([3]) * 1000
+    assert dataset.cache is not None and dataset.cache.usage() == 1000

@@ -1,4 +1,5 @@
-"""JsonLinesDataset: JSON-lines files (plain, gzip, zstd) streamed, split, skipped, resumed.
+"""JsonLinesDataset: JSON-lines files (plain, gzip, zstd, bz2, xz) streamed, split, skipped,
+resumed.
 
 Files are written with the standard library (and zstandard) into a temporary folder and
 read through ``file://`` URLs, through the ObjectServer (which counts the bytes it sends
@@ -8,9 +9,11 @@ and injects errors) and from SeaweedFS (a real S3 server).
 from __future__ import annotations
 
 import asyncio
+import bz2
 import gzip
 import itertools
 import json
+import lzma
 import sys
 import time
 from collections import Counter
@@ -23,19 +26,21 @@ from hypothesis import strategies as st
 
 from aioload import DataLoader, RetryPolicy
 from aioload.sources import JsonLinesDataset, MixDataset, ShardDataset, ShardWriter
-from aioload.sources.jsonl_lines import (
-    LineSplitter,
-    compression_of,
-    decompressed,
-    numbered_lines,
-)
+from aioload.sources.decompress import decompressed
+from aioload.sources.jsonl_lines import LineSplitter, compression_of, numbered_lines
 from aioload.sources.shard_state import ShardStateError
 from tests.strategies import JSON_VALUES
 
 SIZES = [7, 3, 11, 0, 5, 9]  # lines per file: 35 in all
 TOTAL = sum(SIZES)
-KINDS = ["none", "gzip", "zstd"]
-SUFFIX = {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}
+KINDS = ["none", "gzip", "zstd", "bz2", "xz"]
+SUFFIX = {
+    "none": ".jsonl",
+    "gzip": ".jsonl.gz",
+    "zstd": ".jsonl.zst",
+    "bz2": ".jsonl.bz2",
+    "xz": ".jsonl.xz",
+}
 FAST = RetryPolicy(attempts=3, backoff=0.0)
 
 
@@ -45,12 +50,17 @@ def number(row: dict[str, Any]) -> int:
 
 
 def compress(data: bytes, kind: str) -> bytes:
-    """``data`` stored as ``kind``: gzip in two members, zstd in two frames (split mid-line)."""
+    """``data`` stored as ``kind``: in two gzip members, zstd frames, bz2 or xz streams
+    (split mid-line)."""
     if kind == "none":
         return data
     half = len(data) // 2
     if kind == "gzip":
         return gzip.compress(data[:half]) + gzip.compress(data[half:])
+    if kind == "bz2":
+        return bz2.compress(data[:half]) + bz2.compress(data[half:])
+    if kind == "xz":
+        return lzma.compress(data[:half]) + lzma.compress(data[half:])
     zstandard = pytest.importorskip("zstandard")
     compressor = zstandard.ZstdCompressor()
     packed: bytes = compressor.compress(data[:half]) + compressor.compress(data[half:])
@@ -78,7 +88,7 @@ def write_files(folder: Path, kinds: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Files of every kind (zstd ones only where zstandard is installed)."""
-    kinds = ["none", "gzip", "zstd"] if _has_zstd() else ["none", "gzip"]
+    kinds = [kind for kind in KINDS if kind != "zstd" or _has_zstd()]
     return write_files(tmp_path_factory.mktemp("mixed"), kinds)
 
 
@@ -150,10 +160,80 @@ def test_the_splitter_gives_the_lines_of_any_chunking(data: bytes, cuts: list[in
 
 
 def test_compression_is_told_by_the_name() -> None:
-    assert compression_of("a/b.JSONL") == "none"
-    assert compression_of("b.jsonl.gz") == "gzip"
+    assert compression_of("a/b.JSONL") == compression_of("b.ndjson") == "none"
+    assert compression_of("b.jsonl.gz") == compression_of("c4/en.00001-of-01024.json.gz")
+    assert compression_of("b.jsonl.gz") == compression_of("b.ndjson.gz") == "gzip"
     assert compression_of("b.jsonl.zst") == "zstd"
-    assert compression_of("b.json") is None and compression_of("b.jsonl.bz2") is None
+    assert compression_of("b.jsonl.bz2") == compression_of("b.json.bz2") == "bz2"
+    assert compression_of("b.jsonl.xz") == "xz"
+    assert compression_of("b.json") is None and compression_of("b.jsonl.lz4") is None
+
+
+@pytest.mark.asyncio
+async def test_the_formats_users_have_are_read(tmp_path: Path) -> None:
+    data = b"".join(row(n) + b"\n" for n in range(9))
+    files = {
+        "c4-train.00000-of-01024.json.gz": gzip.compress(data),
+        "part.ndjson": data,
+        "part.ndjson.gz": gzip.compress(data),
+        "part.jsonl.bz2": bz2.compress(data),
+        "part.json.xz": lzma.compress(data),
+        "part.jsonl.xz": lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_SHA256),
+    }
+    for name, stored in files.items():
+        (tmp_path / name).write_bytes(stored)
+        got = await collect(JsonLinesDataset((tmp_path / name).as_uri(), decode=number))
+        assert got == list(range(9)), name
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("chunk_size", [1, 7, 1 << 20])
+async def test_zero_padded_gzip_reads_as_gzip_does(tmp_path: Path, chunk_size: int) -> None:
+    # Padded to a block, as tape and some writers leave them: gzip -d and zcat read on.
+    data = b"".join(row(n) + b"\n" for n in range(50))
+    stored = gzip.compress(data[:300]) + bytes(50) + gzip.compress(data[300:]) + bytes(1000)
+    assert gzip.GzipFile(fileobj=__import__("io").BytesIO(stored)).read() == data
+    path = tmp_path / "padded.jsonl.gz"
+    path.write_bytes(stored)
+    dataset = JsonLinesDataset(path.as_uri(), decode=number, chunk_size=chunk_size)
+    assert await collect(dataset) == list(range(50))
+    # xz allows stream padding between streams too.
+    xz = tmp_path / "padded.jsonl.xz"
+    xz.write_bytes(lzma.compress(data[:300]) + bytes(8) + lzma.compress(data[300:]) + bytes(4))
+    assert await collect(JsonLinesDataset(xz.as_uri(), decode=number)) == list(range(50))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["gzip", "bz2", "xz"])
+async def test_bytes_after_the_last_member_that_are_not_one_fail(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"tail{SUFFIX[kind]}"
+    path.write_bytes(compress(row(1) + b"\n", kind) + b"trailing garbage")
+    with pytest.raises(ValueError, match=rf"not {kind} data"):
+        await collect(JsonLinesDataset(path.as_uri(), decode=number))
+
+
+@pytest.mark.asyncio
+async def test_compression_is_given_for_any_name(tmp_path: Path) -> None:
+    data = b"".join(row(n) + b"\n" for n in range(4))
+    for name, stored, compression in (
+        ("rows.gz", gzip.compress(data), "gzip"),
+        ("rows.data", bz2.compress(data), "bz2"),
+        ("rows.json", data, None),  # one JSON value per line, named .json
+        ("rows.txt.lzma", lzma.compress(data, format=lzma.FORMAT_ALONE), "xz"),
+    ):
+        (tmp_path / name).write_bytes(stored)
+        url = (tmp_path / name).as_uri()
+        with pytest.raises(ValueError, match="or pass compression="):
+            JsonLinesDataset(url)
+        got = await collect(JsonLinesDataset(url, decode=number, compression=compression))
+        assert got == list(range(4)), name
+    # A name that says otherwise is read as compression= says.
+    (tmp_path / "plain.jsonl.gz").write_bytes(data)
+    url = (tmp_path / "plain.jsonl.gz").as_uri()
+    assert await collect(JsonLinesDataset(url, decode=number, compression=None)) == [0, 1, 2, 3]
+    for bad in ("gz", "none", "lz4", 1):
+        with pytest.raises(ValueError, match=r"compression should be 'infer'.*'bz2'"):
+            JsonLinesDataset(url, compression=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio
@@ -338,14 +418,14 @@ def test_a_bad_line_raises_under_a_raising_policy(tmp_path: Path) -> None:
     assert f"{urls[0]}, line 3, byte 10" in "".join(info.value.__notes__)
 
 
-@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "bz2", "xz"])
 def test_a_truncated_file_is_skipped_from_where_it_fails(tmp_path: Path, kind: str) -> None:
     if kind == "zstd":
         pytest.importorskip("zstandard")
     data = b"".join(row(n) + b"\n" for n in range(200))
     cut = tmp_path / f"cut{SUFFIX[kind]}"
     whole = compress(data, kind)
-    cut.write_bytes(whole[: len(whole) - 20])
+    cut.write_bytes(whole[: len(whole) * 3 // 4])  # inside the second member
     after = tmp_path / "after.jsonl"
     after.write_bytes(row(1000) + b"\n")
     urls = [cut.as_uri(), after.as_uri()]
@@ -462,6 +542,20 @@ def test_exact_resume_continues_with_the_lines_left(
         rest = flat(
             list(_resumed(JsonLinesDataset(mixed, decode=number, **options), workers, state))
         )
+        assert taken + rest == full, stop
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "bz2", "xz"])
+def test_a_compressed_file_resumes_by_its_line_count(tmp_path: Path, kind: str) -> None:
+    if kind == "zstd":
+        pytest.importorskip("zstandard")
+    # Stops inside a file's first and second member: read again from the start, decompressed.
+    urls = write_files(tmp_path, [kind])
+    full = flat(list(loader(JsonLinesDataset(urls, decode=number))))
+    assert full == list(range(TOTAL))
+    for stop in (1, 2, 4, 8):
+        taken, state = stop_after(loader(JsonLinesDataset(urls, decode=number)), stop)
+        rest = flat(list(_resumed(JsonLinesDataset(urls, decode=number), 0, state)))
         assert taken + rest == full, stop
 
 

@@ -361,6 +361,29 @@ def test_map_style_default_collate_of_ragged_lists_raises_as_for_the_rows(prefix
         default_collate(block.rows())
 
 
+def test_an_epoch_with_null_strings_finishes_whatever_the_shuffle(tmp_path: Path) -> None:
+    # The first row of a batch null or not: every batch collates, nulls as None.
+    names = [None if i % 3 == 0 else f"n{i}" for i in range(30)]
+    flags = [None if i % 4 == 1 else i % 2 == 0 for i in range(30)]
+    table = pa.table({"id": list(range(30)), "name": names, "flag": flags})
+    pq.write_table(table, tmp_path / "nulls.parquet", row_group_size=7)
+    url = f"file://{tmp_path}/nulls.parquet"
+    for seed in range(3):
+        loader = DataLoader(
+            ParquetDataset(url), batch_size=4, shuffle=True, generator=np.random.default_rng(seed)
+        )
+        seen = {}
+        for batch in loader:
+            assert isinstance(batch["name"], list)  # flag: a list where a null is, else bools
+            flag = batch["flag"]
+            assert isinstance(flag, list) == any(value is None for value in flag)
+            values = zip(batch["name"], list(flag), strict=True)
+            seen.update(zip(batch["id"].tolist(), values, strict=True))
+        assert seen == {i: (names[i], flags[i]) for i in range(30)}
+    streamed = DataLoader(IterableParquetDataset(url), batch_size=4)
+    assert [name for batch in streamed for name in batch["name"]] == names
+
+
 @pytest.mark.asyncio
 async def test_a_nanosecond_timestamp_column_with_nulls_reads(tmp_path: Path) -> None:
     # What pandas writes: datetime64[ns], NaT for a missing time.
@@ -754,6 +777,59 @@ def test_map_style_skips_only_the_rows_that_do_not_decode(
     assert Counter(got) == Counter([*range(23), *range(30, TOTAL)])
     assert sorted(int(item.key) for item in loader.skipped) == list(range(23, 30))
     assert loader.stats().total.retries == 0  # a format error is not retried
+
+
+@pytest.fixture
+def with_a_truncated_file(tmp_path: Path) -> str:
+    paths = write_files(tmp_path)
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) // 2])  # ids 23 to 29: the footer gone
+    return f"file://{tmp_path}/"
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_file_whose_footer_cannot_be_read_is_skipped_under_the_policy(
+    with_a_truncated_file: str, workers: int
+) -> None:
+    data = stream(with_a_truncated_file, shuffle_buffer=4)
+    loader = run(data, workers, on_error="skip")
+    for _ in range(2):  # every epoch: skipped and recorded once
+        got = ids(list(loader))
+        assert Counter(got) == Counter([*range(23), *range(30, TOTAL)])
+        (item,) = loader.skipped
+        assert item.key == f"{with_a_truncated_file}part-001.parquet"
+        assert item.error_type.endswith("ParquetFormatError")
+        assert "its footer cannot be read" in str(item.where)
+    # Without the policy the stream fails at that footer, as it did, naming the file.
+    with pytest.raises(ParquetFormatError, match=r"part-001\.parquet: not a Parquet file"):
+        list(run(stream(with_a_truncated_file), 0))
+
+
+def test_a_missing_file_is_skipped_and_the_rows_split_over_the_readable_ones(
+    with_a_truncated_file: str,
+) -> None:
+    urls = [f"{with_a_truncated_file}part-{i:03d}.parquet" for i in (0, 2)]
+    urls.insert(1, f"{with_a_truncated_file}gone.parquet")
+    seen: list[int] = []
+    for rank in range(2):
+        data = stream(urls, rank=rank, world_size=2)
+        assert len(data) == (23 + 31) // 2  # the readable files' rows, split
+        loader = run(data, 0, on_error="skip")
+        seen += ids(list(loader))
+        (item,) = loader.skipped
+        assert item.key == urls[1] and item.error_type == "builtins.FileNotFoundError"
+    assert sorted(seen) == [*range(23), *range(30, TOTAL)]
+    with pytest.raises(FileNotFoundError, match=r"gone\.parquet"):
+        list(run(stream(urls), 0))
+
+
+def test_map_style_needs_every_footer_whatever_the_policy(with_a_truncated_file: str) -> None:
+    # Its length, and so every row's index, counts every file's rows: a file whose footer
+    # cannot be read fails it, naming the file, as without the policy.
+    dataset = ParquetDataset(with_a_truncated_file, columns=["id"])
+    loader = DataLoader(dataset, batch_size=8, on_error="skip")
+    with pytest.raises(ParquetFormatError, match=r"part-001\.parquet"):
+        list(loader)
 
 
 # -- fuzz ------------------------------------------------------------------------------

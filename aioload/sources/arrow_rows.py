@@ -1,7 +1,8 @@
 """Arrow tables as batches: :class:`ArrowRows`, a row block over a ``pyarrow.Table``.
 
-What a row and a batch hold, by column type (the batch is always what
-:func:`~aioload.collate.default_collate` makes of the rows, made from the columns):
+What a row and a batch hold, by column type (a batch is what
+:func:`~aioload.collate.default_collate` makes of the rows, made from the columns, except
+where nulls would make that fail or depend on which row comes first; see below):
 
 ========================================  ==========================  =========================
 Arrow type                                in a row                    in a batch
@@ -15,23 +16,37 @@ integers and floats with nulls            ``numpy.float64``, ``nan``  a ``float6
 timestamps, dates, durations with nulls   ``datetime64`` /            an array of that dtype,
                                           ``timedelta64``, ``NaT``    ``NaT`` where null
                                           for a null
-strings, binary                           ``str`` / ``bytes``         a list of them
-                                          (``None`` for a null)       (``default_collate``
-                                                                      leaves strings as a list)
+strings, binary                           ``str`` / ``bytes``         a list of them,
+                                          (``None`` for a null)       ``None`` where null
 lists of numbers                          a numpy array of the row's  ``numpy.stack`` of the
-                                          values (``None``: null)     rows' arrays: equal
-                                                                      lengths only; ragged
-                                                                      lists raise (collate
-                                                                      them yourself)
+                                          values (``nan``/``NaT``     rows' arrays; a list of
+                                          for a null value;           them with ``None`` where
+                                          ``None``: a null list)      a list is null. Lists of
+                                                                      different lengths raise
+                                                                      (a ``RuntimeError``
+                                                                      naming the column)
 anything else (structs, maps, lists of    ``to_pylist()``'s value     ``default_collate`` of
-strings, bool with nulls, ...)                                        the rows' values
+strings, bool with nulls, ...)            (``None`` for a null)       the rows' values; their
+                                                                      list, ``None`` where
+                                                                      null, if a value or a
+                                                                      part of one is null
 ========================================  ==========================  =========================
+
+**Nulls, whatever row comes first.** ``default_collate`` of rows takes its cue from the
+first row: a column of strings whose first row is null fails (``None`` is no batchable
+value) while one whose null comes later passes, so whether an epoch finishes would depend on
+the shuffle. A batch here never depends on the order of its rows: a column whose rows hold
+``None`` (a null numpy cannot hold: a string, bytes, bool, list or struct, or a null inside
+one) comes as the list of its rows' values; numbers and times hold their nulls as
+``nan``/``NaT``. So a column with nulls may come as a list in one batch and as an array in
+another (an integer column as ``float64`` in one and its own dtype in another): pass a
+``collate_fn`` to the loader to receive the rows (a list of dicts) and batch them your way.
 
 Example::
 
-    block = ArrowRows(pa.table({"x": [1, 2], "s": ["a", "b"]}))
+    block = ArrowRows(pa.table({"x": [1, 2], "s": [None, "b"]}))
     block[1]                 # {'x': np.int64(2), 's': 'b'}
-    default_collate(block)   # {'x': array([1, 2]), 's': ['a', 'b']}
+    default_collate(block)   # {'x': array([1, 2]), 's': [None, 'b']}
 """
 
 from __future__ import annotations
@@ -122,7 +137,51 @@ def _view_dtype(kind: pa.DataType) -> np.dtype[Any] | None:
         return view
 
 
-def _column_batch(column: pa.ChunkedArray) -> Any:
+def _holds_none(array: pa.Array) -> bool:
+    """Whether the rows of ``array`` (:func:`column_rows`) hold ``None`` anywhere: a null
+    that numpy cannot hold as NaN or NaT, at the top or inside a list or struct."""
+    kind = array.type
+    if _is_plain(kind):
+        return bool(array.null_count) and not _nulls_in_numpy(kind)
+    if _is_list(kind) and _is_plain(kind.value_type):  # rows of numpy arrays
+        return bool(array.null_count) or _holds_none(array.flatten())
+    return _any_null(array)  # rows of to_pylist's values: every null is a None
+
+
+def _any_null(array: pa.Array) -> bool:
+    """Whether ``array`` has a null anywhere, nested values included."""
+    if array.null_count:
+        return True
+    kind = array.type
+    if _is_list(kind):
+        return _any_null(array.flatten())
+    if pa.types.is_struct(kind):
+        return any(_any_null(field) for field in array.flatten())
+    if pa.types.is_map(kind):
+        return _any_null(array.keys) or _any_null(array.items)
+    if pa.types.is_dictionary(kind):
+        return _any_null(array.dictionary)
+    return False
+
+
+def _check_equal_lengths(name: str, array: pa.Array) -> None:
+    """A list column's rows stack only if they have one length: else a clear error."""
+    kind = array.type
+    if not _is_list(kind) or pa.types.is_fixed_size_list(kind) or not len(array):
+        return
+    lengths = array.value_lengths().drop_null().to_numpy(zero_copy_only=False)
+    if len(lengths) and lengths.min() != lengths.max():
+        # RuntimeError: what default_collate raises for rows of different shapes.
+        raise RuntimeError(
+            f"column {name!r} holds lists of different lengths in this batch "
+            f"({lengths.min()} to {lengths.max()} values), and default_collate stacks lists "
+            "of one length only: pass collate_fn= to the DataLoader to receive the rows (a "
+            "list of dicts) and batch them yourself (pad them, or keep a list), or leave the "
+            "column out (columns=)"
+        )
+
+
+def _column_batch(name: str, column: pa.ChunkedArray) -> Any:
     kind = column.type
     view = _view_dtype(kind)
     if view is not None and not column.null_count:
@@ -143,7 +202,19 @@ def _column_batch(column: pa.ChunkedArray) -> Any:
         if not parts:
             return np.zeros(0, dtype=kind.to_pandas_dtype())
         return np.concatenate(parts)
-    return default_collate(column_rows(column.combine_chunks()))
+    array = column.combine_chunks()
+    _check_equal_lengths(name, array)
+    values = column_rows(array)
+    if _holds_none(array):
+        return list(values)  # None where null, whatever row comes first
+    try:
+        return default_collate(values)
+    except Exception as error:
+        error.add_note(
+            f"raised collating column {name!r}; pass collate_fn= to the DataLoader to "
+            "receive the rows (a list of dicts) and batch them yourself"
+        )
+        raise
 
 
 def numeric_views(table: pa.Table) -> dict[str, np.ndarray[Any, Any]]:
@@ -259,7 +330,8 @@ class ArrowRows(RowBlock):
         )
 
     def collate(self) -> dict[str, Any]:
-        """``default_collate(self.rows())``, column by column."""
+        """``default_collate(self.rows())``, column by column; a column whose rows hold
+        ``None`` comes as the list of its values (see the module docstring)."""
         if not len(self):
             raise IndexError("an empty block has no batch")  # default_collate([]) fails too
         views = self._views
@@ -267,7 +339,7 @@ class ArrowRows(RowBlock):
             return {name: views[name].copy() for name in self._names}
         table = self.table
         return {
-            name: views[name].copy() if name in views else _column_batch(column)
+            name: views[name].copy() if name in views else _column_batch(name, column)
             for name, column in zip(table.column_names, table.columns, strict=True)
         }
 

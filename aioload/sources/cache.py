@@ -20,7 +20,13 @@ read the file and send the store no request.
 - **Bounded.** At most ``limit`` bytes on disk, partial downloads included;
   least recently used entries go first, and never one being read. An entry
   that does not fit (larger than the limit, or everything else is being read)
-  is streamed from the store without being kept.
+  is streamed from the store without being kept, and evicts nothing. The
+  limit is the folder's, recorded in it: every instance that shares the
+  folder keeps to it, one given no limit included, and one given another
+  limit replaces it for all (with a warning).
+- **This user's own folder.** Created ``0700``; refused when another user
+  owns it or others can write it; its files are never opened through a link
+  (:mod:`.cache_folder`).
 - **Kept only whole.** A reader that stops early (a ``break``) cancels the
   download and the entry is not kept, unless what it left is a tar
   archive's end-of-archive padding (:data:`FINISH_LEFT`).
@@ -43,15 +49,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from aioload.source_stats import SourceCounter
 from aioload.sources.cache_folder import CacheFolder, EntryFiles
 from aioload.sources.sizes import parse_size
+
+if TYPE_CHECKING:
+    from aioload.sources.stores import StoreLocation
 
 __all__ = ["WAIT_STALL", "LocalCache", "Opener", "entry_identity"]
 
@@ -69,16 +78,17 @@ Opener = Callable[[int], Awaitable[tuple[int, AsyncIterator[bytes]]]]
 _HIT, _MISS, _BYPASS = "hit", "miss", "bypass"
 
 
-def entry_identity(url: str, store: Any) -> str:
-    """What names an object in a cache: its URL (password hidden) and its store's endpoint.
+def entry_identity(url: str, location: StoreLocation) -> str:
+    """What names an object in a cache: its URL (password hidden) and its store's identity.
 
-    Two S3-compatible servers may both have ``s3://bucket/shard.tar``: the
-    endpoint tells them apart. Credentials play no part (the same object,
-    whoever reads it).
+    Two S3-compatible servers may both have ``s3://bucket/shard.tar``, two
+    Azure accounts both ``az://container/shard.tar``: the store's identity
+    (its endpoint, account, region ..., from the options and the environment,
+    :attr:`StoreLocation.identity <aioload.sources.stores.StoreLocation>`)
+    tells them apart. Credentials play no part (the same object, whoever
+    reads it).
     """
-    config = getattr(store, "config", None)
-    endpoint = config.get("endpoint") if isinstance(config, Mapping) else None
-    return url if not endpoint else f"{url} @ {endpoint}"
+    return f"{url} @ {location.identity}"
 
 
 class LocalCache:
@@ -88,13 +98,19 @@ class LocalCache:
     dataset and hold no file open between reads.
 
     Args:
-        folder: where the cache lives (created if missing). Several datasets,
-            workers and processes may share one folder.
-        limit: the most bytes the cache may take on disk, partial downloads
+        folder: where the cache lives (created ``0700`` if missing). Several
+            datasets, workers and processes of this user may share one
+            folder. Refused (``PermissionError``) if another user owns it,
+            if its group or others can write it, or if it is a link another
+            user made.
+        limit: the most bytes the folder may take on disk, partial downloads
             included: an int of bytes or a size such as ``"50GB"``,
             ``"512MiB"``, ``"1.5 GB"`` (see
-            :func:`~aioload.sources.sizes.parse_size`). None: no limit but
-            the disk's.
+            :func:`~aioload.sources.sizes.parse_size`). It is recorded in the
+            folder and every instance sharing the folder keeps to it; another
+            limit than the one recorded replaces it, with a ``UserWarning``.
+            None: the folder's recorded limit (see :meth:`folder_limit`),
+            else no limit but the disk's.
 
     Example::
 
@@ -116,6 +132,14 @@ class LocalCache:
     def usage(self) -> int:
         """The bytes the cache takes on disk now, partial downloads included."""
         return self._folder.usage()
+
+    def folder_limit(self) -> int | None:
+        """The folder's limit, which every process sharing the folder keeps to (None: none).
+
+        It is recorded in the folder: ``limit`` when this instance was given
+        one, else the last limit any instance gave the folder.
+        """
+        return self._folder.folder_limit()
 
     async def stream(
         self, identity: str, name: str, open_remote: Opener, counter: SourceCounter
@@ -247,7 +271,7 @@ class LocalCache:
             return
         reader = -1
         try:
-            reader = os.open(files.part, os.O_RDONLY | os.O_CLOEXEC)
+            reader = folder.open_part(files, part)
             # On the inode: after the rename the entry is ours until we are done reading.
             folder.hold(reader)
         except BaseException:

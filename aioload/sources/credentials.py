@@ -6,7 +6,8 @@ slow, confusing failure, so :func:`~aioload.sources.stores.open_store` refuses t
 a store (:func:`_check_credentials`) unless the caller passes credentials, in options or in
 the environment, ``skip_signature=True``, a ``credential_provider`` or
 ``metadata_credentials=True``. The store's environment variables (``AWS_*``, ``GOOGLE_*``,
-``AZURE_*``) are also what a store rebuilt in a worker process needs (:func:`_environment`).
+``AZURE_*``, ``AZURITE_*``) are also what a store rebuilt in a worker process needs
+(:func:`_environment`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def _check_credentials(
     )
 
 
-_ENVIRONMENT_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
+# AZURITE_: the Azure emulator's address (AZURITE_BLOB_STORAGE_URL), read by obstore too.
+_ENVIRONMENT_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "AZURITE_")
 
 
 @contextlib.contextmanager

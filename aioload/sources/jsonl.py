@@ -1,10 +1,13 @@
 """JsonLinesDataset: an iterable async dataset over JSON-lines files in a store, streamed.
 
-A file is a ``.jsonl`` file (one JSON value per line), or one compressed as a whole:
-``.jsonl.gz`` (gzip, concatenated members too) or ``.jsonl.zst`` (zstd, several frames
-too; needs ``pip install 'aioload-data[jsonl]'``), the compression told by the name.
-Each file is streamed: its lines come while the rest of it is still arriving, and a
-read holds a chunk of it at a time, never the whole file (:mod:`.jsonl_lines`).
+A file is a ``.jsonl`` or ``.ndjson`` file (one JSON value per line), or one compressed
+as a whole: gzip (``.jsonl.gz``, ``.ndjson.gz``, and ``.json.gz`` as C4 names its files;
+concatenated members and zero padding too, as ``gzip -d`` reads them), zstd
+(``.jsonl.zst``; several frames too; needs ``pip install 'aioload-data[jsonl]'``), bz2
+(``.jsonl.bz2``) or xz (``.jsonl.xz``), the compression told by the name, or by
+``compression=`` for any name. Each file is streamed: its lines come while the rest of
+it is still arriving, and a read holds a chunk of it at a time, never the whole file
+(:mod:`.jsonl_lines`).
 
 A sample is the value ``json.loads`` makes of a line, passed through ``decode``. Lines end
 with ``\\n`` or ``\\r\\n``; the last may have no newline; a UTF-8 byte order mark at a
@@ -55,15 +58,8 @@ from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
-from aioload.sources.jsonl_lines import (
-    SUFFIXES,
-    Compression,
-    compression_of,
-    decompressed,
-    is_blank,
-    numbered_lines,
-    zstd_decompressor,
-)
+from aioload.sources.decompress import COMPRESSIONS, Compression, decompressed, zstd_decompressor
+from aioload.sources.jsonl_lines import SUFFIXES, compression_of, is_blank, numbered_lines
 from aioload.sources.rank_split import epoch_order
 from aioload.sources.shard_faults import decoded, guarded_runs
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order
@@ -86,7 +82,7 @@ LineRead = AsyncGenerator[tuple[bytes, Ref, bool], None]
 
 
 class JsonLinesDataset(IterableDataset[Any]):
-    """Streams the lines of JSON-lines files (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``).
+    """Streams the lines of JSON-lines files (``.jsonl``, ``.ndjson``; gzip, zstd, bz2, xz).
 
     A sample is ``decode(json.loads(line))`` (the parsed value without ``decode``); see
     the module docstring for blank lines, how files are split across ranks and workers,
@@ -95,8 +91,9 @@ class JsonLinesDataset(IterableDataset[Any]):
 
     Args:
         urls: the files' URLs, or one string with a brace pattern
-            (``"s3://bucket/part-{0000..0099}.jsonl.gz"``). Each name ends with
-            ``.jsonl``, ``.jsonl.gz`` or ``.jsonl.zst``.
+            (``"s3://bucket/part-{0000..0099}.jsonl.gz"``). Unless ``compression`` is
+            given, each name ends with ``.jsonl`` or ``.ndjson``, either one or ``.json``
+            followed by ``.gz``, ``.zst``, ``.bz2`` or ``.xz``.
         decode: turns a parsed line into the sample the loader collates (a callable;
             runs where the file is read: in the worker with ``num_workers > 0``).
             Default: the parsed value as it is.
@@ -113,11 +110,15 @@ class JsonLinesDataset(IterableDataset[Any]):
         cache_limit: the most bytes the cache takes on disk (an int, or ``"50GB"``).
         chunk_size: the least bytes a read from the store hands on at once (default
             1 MiB; smaller: a file's first lines come sooner).
+        compression: how every file is stored, whatever its name: ``"gzip"``,
+            ``"zstd"``, ``"bz2"``, ``"xz"``, or None (plain lines). Default
+            ``"infer"``: each file's by its name's suffix.
         **store_options: options of :func:`~aioload.sources.open_store`.
 
     Raises:
-        ValueError, TypeError: no URL, a name with another suffix, a bad argument.
-        ImportError: a ``.jsonl.zst`` file without the ``zstandard`` package.
+        ValueError, TypeError: no URL, a name with another suffix (and no
+            ``compression``), a bad argument.
+        ImportError: a zstd file without the ``zstandard`` package.
 
     Example::
 
@@ -146,8 +147,10 @@ class JsonLinesDataset(IterableDataset[Any]):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         chunk_size: int = STREAM_CHUNK,
+        compression: str | None = "infer",
         **store_options: Any,
     ) -> None:
+        given = _check_compression(compression)
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("JsonLinesDataset needs at least one file URL")
@@ -181,11 +184,12 @@ class JsonLinesDataset(IterableDataset[Any]):
         for url in self.urls:
             parts = urlsplit(url)
             path = parts.path.lstrip("/")
-            compression = compression_of(path)
+            compression = compression_of(path) if given is None else given
             if compression is None:
                 raise ValueError(
                     f"{redact_url(url)!r} is not a JSON-lines file: a name should end with "
-                    f"{', '.join(SUFFIXES)} (the suffix says the compression)"
+                    f"{', '.join(SUFFIXES)} (the suffix says the compression), or pass "
+                    "compression= ('gzip', 'zstd', 'bz2', 'xz', or None for plain lines)"
                 )
             if compression == "zstd" and "zstd" not in self._compressions:
                 zstd_decompressor()  # the extra is missing: say so now
@@ -375,7 +379,7 @@ class JsonLinesDataset(IterableDataset[Any]):
         if self.cache is None or byte_range != 0:
             return _chunks(opener, byte_range)
         return self.cache.stream(
-            entry_identity(url, location.store),
+            entry_identity(url, location),
             path.rpartition("/")[2],
             opener,
             self._counts,
@@ -571,6 +575,20 @@ class JsonLinesDataset(IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return f"JsonLinesDataset({len(self.urls)} files, e.g. {redact_url(self.urls[0])!r})"
+
+
+def _check_compression(compression: str | None) -> Compression | None:
+    """The compression ``compression=`` names for every file; None: each by its suffix."""
+    if compression is None:
+        return "none"
+    if compression == "infer":
+        return None
+    if compression in COMPRESSIONS and compression != "none":
+        return compression
+    raise ValueError(
+        "compression should be 'infer' (by each file's suffix), 'gzip', 'zstd', 'bz2', "
+        f"'xz' or None (plain lines); got {compression!r}"
+    )
 
 
 def _key(content: bytes) -> str:

@@ -1,10 +1,9 @@
 """The lines of a JSON-lines file as its bytes arrive: decompression, then lines with bytes.
 
-:func:`compression_of` tells a file's compression by its name (``.jsonl``, ``.jsonl.gz``,
-``.jsonl.zst``); :func:`decompressed` turns a stream of compressed chunks into a stream
-of decompressed ones (gzip through :mod:`zlib`, every member of a concatenated file;
-zstd through the ``zstandard`` package, every frame), never holding more than a chunk's
-worth; :func:`numbered_lines` splits chunks into lines with :class:`LineSplitter`.
+:func:`compression_of` tells a file's compression by its name (``.jsonl``, ``.ndjson``,
+``.jsonl.gz``, ``.json.gz``, ``.jsonl.zst``, ``.jsonl.bz2``, ``.jsonl.xz`` ...); the bytes
+are decompressed as they arrive by :func:`~aioload.sources.decompress.decompressed`;
+:func:`numbered_lines` splits chunks into lines with :class:`LineSplitter`.
 
 A line ends with ``\\n`` (a ``\\r`` before it is dropped too); the last one may have no
 newline. A line's bytes, ``first`` to ``end - 1``, are positions in the (decompressed)
@@ -20,30 +19,25 @@ Example::
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
-from typing import Any, Literal
 
-__all__ = [
-    "SUFFIXES",
-    "Compression",
-    "LineSplitter",
-    "compression_of",
-    "decompressed",
-    "is_blank",
-    "numbered_lines",
-    "zstd_decompressor",
-]
+from aioload.sources.decompress import Compression
 
-Compression = Literal["none", "gzip", "zstd"]
-"""How a JSON-lines file is stored."""
+__all__ = ["SUFFIXES", "LineSplitter", "compression_of", "is_blank", "numbered_lines"]
 
-SUFFIXES: dict[str, Compression] = {".jsonl": "none", ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}
-"""The names a JSON-lines file may end with, and the compression each one means."""
+_BASES = (".jsonl", ".ndjson", ".json")  # .json: C4's layout (one JSON value per line)
+_PACKED: dict[str, Compression] = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
+SUFFIXES: dict[str, Compression] = {
+    **{base: "none" for base in _BASES if base != ".json"},
+    **{base + end: kind for base in _BASES for end, kind in _PACKED.items()},
+}
+"""The names a JSON-lines file may end with, and the compression each one means.
+
+A plain ``.json`` file is not among them: it is mostly one JSON document, not lines (pass
+``compression=None`` to read one as lines).
+"""
 
 BOM = b"\xef\xbb\xbf"
-OUT_CHUNK = 1 << 20  # the most decompressed bytes gzip hands on at once
 _BLANK = b" \t\r\n"  # JSON's whitespace
 
 
@@ -65,18 +59,6 @@ def compression_of(path: str) -> Compression | None:
 def is_blank(content: bytes) -> bool:
     """Whether a line holds only whitespace (such a line is no sample)."""
     return not content.strip(_BLANK)
-
-
-def zstd_decompressor() -> Any:
-    """A ``zstandard.ZstdDecompressor``; a clear ImportError without the ``jsonl`` extra."""
-    try:
-        import zstandard
-    except ImportError as error:
-        raise ImportError(
-            "reading .jsonl.zst files needs the zstandard package: "
-            "pip install 'aioload-data[jsonl]'"
-        ) from error
-    return zstandard.ZstdDecompressor()
 
 
 class LineSplitter:
@@ -155,73 +137,3 @@ async def numbered_lines(
             line += 1
     for content, first, end in splitter.finish():
         yield line, content, first, end
-
-
-async def decompressed(
-    chunks: AsyncGenerator[bytes, None], compression: Compression, url: str
-) -> AsyncGenerator[bytes, None]:
-    """The bytes of ``chunks`` decompressed, as they arrive (``"none"``: as they are).
-
-    Raises:
-        EOFError: the file ends inside a gzip member or zstd frame (truncated).
-        ValueError: the bytes are not gzip (or zstd) data.
-        ImportError: a zstd file without the ``zstandard`` package.
-    """
-    async with aclosing(chunks):
-        if compression == "none":
-            async for chunk in chunks:
-                yield chunk
-        elif compression == "gzip":
-            async for chunk in _gunzipped(chunks, url):
-                yield chunk
-        else:
-            async for chunk in _unzstd(chunks, url):
-                yield chunk
-
-
-async def _gunzipped(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:
-    member = zlib.decompressobj(wbits=31)
-    started = False  # the current member has had bytes
-    async for chunk in chunks:
-        data = chunk
-        started = started or bool(data)
-        while data or started:
-            try:
-                out = member.decompress(data, OUT_CHUNK)
-            except zlib.error as error:
-                raise ValueError(f"{url}: not gzip data, or corrupt: {error}") from error
-            if out:
-                yield out
-            if member.eof:  # a member ended: another may follow (a concatenated file)
-                data = member.unused_data
-                member, started = zlib.decompressobj(wbits=31), bool(data)
-                continue
-            data = member.unconsumed_tail
-            if not data and len(out) < OUT_CHUNK:
-                break  # all of the chunk is in, and out (more may be held for the next)
-    if started:
-        raise EOFError(f"{url}: the gzip data ends early (a truncated file)")
-
-
-async def _unzstd(chunks: AsyncIterator[bytes], url: str) -> AsyncGenerator[bytes, None]:
-    import zstandard
-
-    decompressor = zstd_decompressor()
-    frame = decompressor.decompressobj()
-    started = False  # the current frame has had bytes
-    async for chunk in chunks:
-        data = chunk
-        while data:
-            started = True
-            try:
-                out = frame.decompress(data)
-            except zstandard.ZstdError as error:
-                raise ValueError(f"{url}: not zstd data, or corrupt: {error}") from error
-            if out:
-                yield out
-            if not frame.eof:
-                break
-            data = frame.unused_data  # a frame ended: another may follow
-            frame, started = decompressor.decompressobj(), False
-    if started:
-        raise EOFError(f"{url}: the zstd data ends early (a truncated file)")

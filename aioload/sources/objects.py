@@ -307,7 +307,7 @@ class ObjectDataset(Dataset[Any]):
         if cache is None:
             data: Any = await _fetch(location, path, byte_range, self._counts)
         else:
-            identity = entry_identity(location.describe(path), location.store)
+            identity = entry_identity(location.describe(path), location)
             name = path.rpartition("/")[2]
             if byte_range is not None:
                 identity += f" [{byte_range[0]}:{byte_range[1]}]"

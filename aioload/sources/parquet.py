@@ -74,7 +74,10 @@ class ParquetDataset(Dataset[Any]):
     Raises (on first read):
         ParquetFormatError: a file that is truncated, not Parquet, whose footer does not
             describe it, or whose data does not decode (the message names the file and
-            row group).
+            row group). A footer that cannot be read fails the dataset under any fault
+            policy (its length counts every file's rows, and a sampler's indices are
+            drawn before any read); ``IterableParquetDataset`` skips such a file under
+            ``on_error="skip"``.
         KeyError: a column that a file does not have.
 
     Example::

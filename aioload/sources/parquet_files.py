@@ -10,6 +10,10 @@
   loaded before the workers start (``len(dataset)``, or ``await dataset.load()``);
 - the requested columns, checked against every file (a missing column or one whose type
   differs from the first file's is an error naming the file);
+- with ``skip_unreadable``, the files whose footer cannot be read (missing, truncated, not
+  Parquet: what every process reading the file sees alike) are left out, their errors kept
+  in :attr:`ParquetFiles.unreadable` for the stream to raise or skip; otherwise the first
+  such error fails :meth:`ParquetFiles.load`;
 - the row groups of all files, numbered in order (a *unit*: file 0's row groups, then
   file 1's, ...), with their row counts;
 - :meth:`ParquetFiles.read` of one unit: its columns' chunks by ranged GETs (through the
@@ -25,7 +29,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -51,6 +57,8 @@ from aioload.sources.stores import StoreLocation
 from aioload.urls import redact_url
 
 __all__ = ["PARQUET_SUFFIXES", "ParquetFiles", "check_columns"]
+
+logger = logging.getLogger("aioload")
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 """What a listed object's name ends with to be read as one of a prefix's Parquet files."""
@@ -79,6 +87,9 @@ class ParquetFiles:
         cache_dir: a local cache folder for the bytes read (None: none).
         cache_limit: its size limit.
         store_options: options of :func:`~aioload.sources.open_store`.
+        skip_unreadable: leave out the files whose footer cannot be read (missing,
+            truncated, not Parquet), keeping their errors in :attr:`unreadable`, instead
+            of failing :meth:`load` with the first one (unless no file can be read).
     """
 
     def __init__(
@@ -88,6 +99,8 @@ class ParquetFiles:
         cache_dir: str | os.PathLike[str] | None,
         cache_limit: int | str | None,
         store_options: Mapping[str, Any],
+        *,
+        skip_unreadable: bool = False,
     ) -> None:
         self.columns = check_columns(columns)
         if cache_dir is None and cache_limit is not None:
@@ -108,7 +121,10 @@ class ParquetFiles:
             for url in urls:
                 self._location_of(url)
             self._urls = urls
-        self._footers: list[Footer] | None = None
+        self.skip_unreadable = skip_unreadable
+        # File number -> why its footer cannot be read (with skip_unreadable): no units.
+        self.unreadable: dict[int, Exception] = {}
+        self._footers: list[Footer | None] | None = None
         self._leaves: list[list[int]] = []
         self.schema: pa.Schema | None = None
         self.units: list[tuple[int, int]] = []  # (file, row group) of every unit
@@ -150,19 +166,38 @@ class ParquetFiles:
             return
         if self._urls is None:
             self._urls = await self._list()
-        footers = await in_order(
-            [functools.partial(self._read_footer, i) for i in range(len(self._urls))],
-            INDEX_CONCURRENCY,
+        read = self._footer_or_error if self.skip_unreadable else self._read_footer
+        found = await in_order(
+            [functools.partial(read, i) for i in range(len(self._urls))], INDEX_CONCURRENCY
         )
+        unreadable = {i: error for i, error in enumerate(found) if isinstance(error, Exception)}
+        if len(unreadable) == len(found):
+            raise copy.copy(unreadable[0])  # nothing to read at all: no schema, no rows
+        footers = [None if isinstance(footer, Exception) else footer for footer in found]
+        if unreadable:
+            logger.warning(
+                "%d of %d Parquet files cannot be read and are left out (%s): %s",
+                len(unreadable),
+                len(found),
+                ", ".join(redact_url(self._urls[i]) for i in list(unreadable)[:3]),
+                next(iter(unreadable.values())),
+            )
         self._check_schemas(footers)
-        units = [(f, g) for f, footer in enumerate(footers) for g in range(len(footer.row_counts))]
-        rows = np.array([footers[f].row_counts[g] for f, g in units], dtype=np.int64)
+        units = [
+            (f, g)
+            for f, footer in enumerate(footers)
+            if footer is not None
+            for g in range(len(footer.row_counts))
+        ]
+        readable: list[Footer] = footers  # type: ignore[assignment]  # at the units' files
+        rows = np.array([readable[f].row_counts[g] for f, g in units], dtype=np.int64)
         self.units, self.unit_rows = units, rows
         self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self.unit_bytes = [
-            sum(chunk.end - chunk.first for chunk in footers[f].chunks(g, self._leaves[f]))
+            sum(chunk.end - chunk.first for chunk in readable[f].chunks(g, self._leaves[f]))
             for f, g in units
         ]
+        self.unreadable = unreadable
         self._footers = footers
 
     async def _list(self) -> list[str]:
@@ -178,33 +213,42 @@ class ParquetFiles:
             )
         return urls
 
-    def _check_schemas(self, footers: list[Footer]) -> None:
+    def _check_schemas(self, footers: list[Footer | None]) -> None:
+        """Checks the columns against every readable file (the first one is the model)."""
         urls = self.urls
-        first = footers[0].schema
+        readable = [(url, f) for url, f in zip(urls, footers, strict=True) if f is not None]
+        model_url, model = readable[0]
+        first = model.schema
         names = self.columns if self.columns is not None else list(first.names)
         self._leaves = [
-            leaf_columns(footer, names, redact_url(url))
+            [] if footer is None else leaf_columns(footer, names, redact_url(url))
             for url, footer in zip(urls, footers, strict=True)
         ]
-        for url, footer in zip(urls[1:], footers[1:], strict=False):
+        for url, footer in readable[1:]:
             for name in names:
                 field, expected = footer.schema.field(name), first.field(name)
                 if not field.type.equals(expected.type):
                     raise ParquetFormatError(
                         f"{redact_url(url)}: column {name!r} is {field.type}, but "
-                        f"{redact_url(urls[0])} has it as {expected.type}: the files disagree"
+                        f"{redact_url(model_url)} has it as {expected.type}: the files disagree"
                     )
             if self.columns is None and list(footer.schema.names) != names:
                 raise ParquetFormatError(
                     f"{redact_url(url)} has columns {footer.schema.names}, but "
-                    f"{redact_url(urls[0])} has {names}: pass columns= to read the ones "
+                    f"{redact_url(model_url)} has {names}: pass columns= to read the ones "
                     "they share"
                 )
         self.schema = pa.schema([first.field(name) for name in names])
 
+    def raise_unreadable(self) -> None:
+        """Raises the error of the first file left out as unreadable, if any (a copy: the
+        same error each time it is raised, its original type kept)."""
+        if self.unreadable:
+            raise copy.copy(next(iter(self.unreadable.values())))
+
     @property
-    def footers(self) -> list[Footer]:
-        """Every file's footer (loads them first)."""
+    def footers(self) -> list[Footer | None]:
+        """Every file's footer, None for one left out as unreadable (loads them first)."""
         self.load_blocking()
         assert self._footers is not None
         return self._footers
@@ -243,7 +287,9 @@ class ParquetFiles:
         async def one_file(file: int, groups: list[int]) -> list[pa.Table]:
             url = redact_url(self.urls[file])
             read = functools.partial(self._read_range, file)
-            return await read_row_groups(footers[file], url, groups, self.columns, read)
+            footer = footers[file]
+            assert footer is not None  # a unit's file was read
+            return await read_row_groups(footer, url, groups, self.columns, read)
 
         files = list(by_file)
         results = await asyncio.gather(*(one_file(file, by_file[file]) for file in files))
@@ -267,7 +313,7 @@ class ParquetFiles:
         if cache is None:
             return await read_bytes(location, path, shown, counts, byte_range)
         # The file's size is kept with each entry: a suffix read needs it back.
-        identity = f"{entry_identity(shown, location.store)} [{byte_range}]"
+        identity = f"{entry_identity(shown, location)} [{byte_range}]"
         name = path.rpartition("/")[2]
 
         async def fetch() -> bytes:
@@ -283,11 +329,21 @@ class ParquetFiles:
         size, tail = await read_footer_bytes(read, url)
         return parse_footer(size, tail, url)
 
+    async def _footer_or_error(self, file: int) -> Footer | Exception:
+        """The file's footer, or why it cannot be read where every process sees the same:
+        no such file, or not Parquet (truncated, corrupt). Other errors (a store that does
+        not answer) raise: a file left out by one process and read by another would break
+        the split of the row groups."""
+        try:
+            return await self._read_footer(file)
+        except (ParquetFormatError, FileNotFoundError) as error:
+            return error
+
     def __getstate__(self) -> dict[str, Any]:
         # pyarrow's metadata objects travel as the footer bytes they were parsed from.
         state = dict(self.__dict__)
         if self._footers is not None:
-            state["_footers"] = [(f.size, f.tail) for f in self._footers]
+            state["_footers"] = [None if f is None else (f.size, f.tail) for f in self._footers]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -295,6 +351,6 @@ class ParquetFiles:
         self.__dict__.update(state)
         if footers is not None:
             self._footers = [
-                parse_footer(size, tail, redact_url(url))
-                for (size, tail), url in zip(footers, state["_urls"], strict=True)
+                None if footer is None else parse_footer(footer[0], footer[1], redact_url(url))
+                for footer, url in zip(footers, state["_urls"], strict=True)
             ]

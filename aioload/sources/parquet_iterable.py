@@ -27,6 +27,15 @@ from :meth:`IterableParquetDataset.batch_stream` (see :mod:`aioload.row_block`),
 The stream checkpoints and resumes (``state_dict``/``load_state_dict``, exactly with the
 same layout; re-split with another, :meth:`~IterableParquetDataset.resume_streams`), and
 under the loader's fault policy a row group that cannot be read is retried, then skipped.
+
+A file whose footer cannot be read — missing, truncated, not Parquet: what every rank and
+worker sees alike — is left out of the row groups when the footers are read (a warning is
+logged), so the split and ``len()`` are those of the readable files. Iterating without
+the policy then raises its error, as a stream that fails at the footer; under
+``on_error="skip"`` the file is skipped and recorded (key: its URL; the first worker of
+each rank records it), and the other files are read. Other footer errors (a store that
+does not answer) fail the stream under any policy: a file left out by one process and read
+by another would break the split.
 """
 
 from __future__ import annotations
@@ -148,7 +157,9 @@ class IterableParquetDataset(IterableDataset[Any]):
             raise ValueError(f"split should be 'rows' or 'row_groups'; got {split!r}")
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
-        self.files = ParquetFiles(urls_or_prefix, columns, cache_dir, cache_limit, store_options)
+        self.files = ParquetFiles(
+            urls_or_prefix, columns, cache_dir, cache_limit, store_options, skip_unreadable=True
+        )
         self.shuffle_row_groups = bool(shuffle_row_groups)
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
@@ -243,8 +254,30 @@ class IterableParquetDataset(IterableDataset[Any]):
 
     # -- streams ------------------------------------------------------------------
 
-    async def _open(self, batch: int | None, guard: StreamGuard | None) -> RowStream:
+    def _unreadable(self, guard: StreamGuard | None) -> list[Skip]:
+        """The skip markers of the files left out as unreadable: raises the first one's
+        error without the policy; the first worker of a rank records them (once)."""
+        files = self.files
+        if guard is None:
+            files.raise_unreadable()
+            return []
+        info = get_worker_info()
+        if info is not None and info.id != 0:
+            return []
+        markers = []
+        for number, error in files.unreadable.items():
+            url = redact_url(files.urls[number])
+            where = f"{url}: the whole file (its footer cannot be read)"
+            markers.append(guard.skip(url, copy.copy(error), where=where))
+        return markers
+
+    async def _open(
+        self, batch: int | None, guard: StreamGuard | None
+    ) -> tuple[RowStream, list[Skip]]:
+        """This worker's stream, and the skip markers to yield before it (the files left
+        out as unreadable)."""
         await self.files.load()
+        skipped = self._unreadable(guard)
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         if batch is None and info is not None:
@@ -282,7 +315,7 @@ class IterableParquetDataset(IterableDataset[Any]):
             draining,
         )
         self._live = (stream, layout, _Held())
-        return stream
+        return stream, skipped
 
     async def batch_stream(
         self, batch_size: int, drop_last: bool, guard: StreamGuard | None
@@ -293,8 +326,10 @@ class IterableParquetDataset(IterableDataset[Any]):
         shorter (dropped with ``drop_last``); under ``guard`` a row range that cannot be
         read comes as a skip marker.
         """
-        stream = await self._open(batch_size, guard)
+        stream, skipped = await self._open(batch_size, guard)
         try:
+            for marker in skipped:
+                yield marker
             while True:
                 piece = await stream.take(batch_size)
                 short = isinstance(piece, Piece) and drop_last and len(piece) < batch_size
@@ -316,15 +351,18 @@ class IterableParquetDataset(IterableDataset[Any]):
         """The rows under the loader's fault policy (see :mod:`aioload.stream_faults`):
         a row group whose read fails transiently is retried; one that cannot be read
         (missing or truncated file, a footer that lies, a store error after the retries)
-        is skipped, recorded with its file and row group."""
+        is skipped, recorded with its file and row group; a file whose footer cannot be
+        read (missing, truncated, not Parquet) is skipped whole, recorded with its URL."""
         self._live = None
         return self._rows(guard)
 
     async def _rows(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
-        stream = await self._open(None, guard)
+        stream, skipped = await self._open(None, guard)
         assert self._live is not None
         held = self._live[2]  # the rows taken and not all yielded yet: part of the state
         try:
+            for marker in skipped:
+                yield marker
             while True:
                 piece = await stream.take(_ROW_CHUNK)
                 if piece is None:

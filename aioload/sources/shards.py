@@ -35,6 +35,14 @@ worker) mixes samples across neighbouring shards; memory stays bounded by it.
 With ``cache_dir`` a shard read once is kept on local disk, and later epochs
 read it from there (:mod:`aioload.sources.cache`).
 
+A shard compressed as a whole (``.tar.gz`` or ``.tgz``; ``.tar.zst``, ``.tar.bz2``,
+``.tar.xz`` too) is decompressed as it arrives (:mod:`aioload.sources.decompress`; the
+cache keeps it as stored). Its samples cannot be read by byte range, so it has no index:
+the ``"samples"`` split, the default with several ranks, falls back to whole shards for a
+dataset with compressed shards (a warning says so; asking for it by name is an error),
+and a resumed shard is read again from its start, decompressed, and its samples already
+delivered passed over (its byte positions are the decompressed tar's).
+
 Under the loader's fault policy (``retry``, ``on_error='skip'``) the stream comes from
 :meth:`ShardDataset.guarded_stream`: shard reads are retried, and a sample that fails to
 decode or a shard that cannot be read is skipped (:mod:`aioload.sources.shard_faults`);
@@ -46,7 +54,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import re
+import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from functools import partial
@@ -58,8 +66,10 @@ import numpy as np
 from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounter, SourceCounts
+from aioload.sources.braces import expand_braces
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
+from aioload.sources.decompress import Compression, decompressed, zstd_decompressor
 from aioload.sources.interleave import interleave
 from aioload.sources.rank_split import (
     Segment,
@@ -97,42 +107,65 @@ from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
-__all__ = ["ShardDataset", "default_decode", "expand_urls"]
+__all__ = ["TAR_SUFFIXES", "ShardDataset", "default_decode", "expand_urls", "tar_compression"]
 
 
-_BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
+TAR_SUFFIXES: dict[str, Compression] = {
+    ".tar.gz": "gzip",
+    ".tgz": "gzip",
+    ".tar.zst": "zstd",
+    ".tzst": "zstd",
+    ".tar.bz2": "bz2",
+    ".tbz2": "bz2",
+    ".tbz": "bz2",
+    ".tar.xz": "xz",
+    ".txz": "xz",
+}
+"""The names of shards compressed as a whole, and the compression each one means."""
+
+
+def tar_compression(path: str) -> Compression:
+    """How a shard is stored, by its name (case ignored): ``"none"`` but for the names of
+    :data:`TAR_SUFFIXES`.
+
+    Example::
+
+        >>> tar_compression("s3://b/train-0001.tar.gz"), tar_compression("a.tar")
+        ('gzip', 'none')
+    """
+    name = path.lower()
+    for suffix, compression in TAR_SUFFIXES.items():
+        if name.endswith(suffix):
+            return compression
+    return "none"
 
 
 def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """A list of shard URLs from a list, or from a brace pattern (WebDataset's notation).
+    """A list of URLs from a list, or from a brace pattern (WebDataset's notation).
 
-    ``{000..009}`` expands to ``000``, ``001``, ..., ``009`` (the width of the
-    first bound is kept); a string may hold several patterns.
+    A pattern expands as bash expands it (:func:`~aioload.sources.braces.expand_braces`):
+    lists ``{train,val}``, ranges ``{000..099}`` (zero padded as the bounds are written)
+    and ``{0..100..10}`` (with a step), nested and several groups; each string of a list
+    is expanded too.
+
+    Raises:
+        ValueError: an unmatched brace (never left in a URL as literal text).
+        TypeError: a URL that is not a str.
 
     Example::
 
         >>> expand_urls("s3://b/shard-{00..02}.tar")
         ['s3://b/shard-00.tar', 's3://b/shard-01.tar', 's3://b/shard-02.tar']
+        >>> expand_urls("s3://b/{train,val}-{0..10..5}.tar")[:4]
+        ['s3://b/train-0.tar', 's3://b/train-5.tar', 's3://b/train-10.tar', 's3://b/val-0.tar']
     """
     if isinstance(urls, str):
-        match = _BRACES.search(urls)
-        if match is None:
-            return [urls]
-        first, last = match.group(1), match.group(2)
-        if int(last) < int(first):
-            raise ValueError(f"the range {match.group(0)} in {redact_url(urls)!r} is empty")
-        head, tail = urls[: match.start()], urls[match.end() :]
-        width = len(first)
-        return [
-            url
-            for number in range(int(first), int(last) + 1)
-            for url in expand_urls(f"{head}{number:0{width}d}{tail}")
-        ]
+        return expand_braces(urls)
     expanded = []
     for url in urls:
         if not isinstance(url, str):
             raise TypeError(f"shard URLs should be str; got {url!r}")
-        expanded += expand_urls(url)
+        expanded += expand_braces(url)
     return expanded
 
 
@@ -154,7 +187,9 @@ class ShardDataset(IterableDataset[Any]):
 
     Args:
         urls: the shard URLs, or one string with a brace pattern
-            (``"s3://bucket/train-{000000..000099}.tar"``).
+            (``"s3://bucket/train-{000000..000099}.tar"``). A name ending with
+            ``.tar.gz`` or ``.tgz`` (``.tar.zst``, ``.tar.bz2``, ``.tar.xz``) is a
+            compressed shard, decompressed as it arrives.
         decode: turns a sample dict into the sample the loader collates; runs
             where the shard is read (in the worker with ``num_workers > 0``).
             A callable, a :class:`~aioload.sources.Decoder`, or a mapping of
@@ -187,7 +222,8 @@ class ShardDataset(IterableDataset[Any]):
         split: ``"samples"``: the same number of samples on every rank, split at
             sample granularity (needs the shards' indexes); ``"shards"``: whole shards
             per rank and worker (see the module docstring). Default: ``"samples"``
-            with ``world_size > 1``, else ``"shards"``.
+            with ``world_size > 1``, else ``"shards"``; ``"shards"``, with a
+            warning, when some shards are compressed (they have no index).
         drop_last: with ``split="samples"``, drop the epoch's last
             ``total % world_size`` samples instead of padding the ranks' shares by
             repeating samples from the epoch's start (``DistributedSampler``'s
@@ -242,10 +278,30 @@ class ShardDataset(IterableDataset[Any]):
         if not isinstance(shards_in_flight, int) or shards_in_flight < 1:
             raise ValueError(f"shards_in_flight should be an int >= 1; got {shards_in_flight!r}")
         rank, world_size = rank_and_world_size(rank, world_size)
-        if split is None:
-            split = "samples" if world_size > 1 else "shards"
-        if split not in ("samples", "shards"):
+        if split not in (None, "samples", "shards"):
             raise ValueError(f"split should be 'samples' or 'shards'; got {split!r}")
+        self._compressions = [tar_compression(urlsplit(url).path) for url in self.urls]
+        compressed = [url for url in self.urls if tar_compression(urlsplit(url).path) != "none"]
+        if "zstd" in self._compressions:
+            zstd_decompressor()  # the extra is missing: say so now
+        if compressed and split == "samples":
+            raise ValueError(
+                f"split='samples' reads samples by byte range, which a compressed shard "
+                f"({redact_url(compressed[0])!r}) does not allow: pass split='shards', or "
+                "store the shards as plain .tar"
+            )
+        if split is None:
+            split = "samples" if world_size > 1 and not compressed else "shards"
+            if world_size > 1 and compressed:
+                warnings.warn(
+                    f"ShardDataset: {len(compressed)} of the {len(self.urls)} shards are "
+                    f"compressed (e.g. {redact_url(compressed[0])!r}), so the {world_size} "
+                    "ranks split whole shards (split='shards'), not samples: ranks may get "
+                    "different numbers of samples, and the dataset has no length. Stop "
+                    "every rank at the same step, or store the shards as plain .tar",
+                    UserWarning,
+                    stacklevel=2,
+                )
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
         self.split: Literal["samples", "shards"] = split
@@ -443,6 +499,11 @@ class ShardDataset(IterableDataset[Any]):
 
     async def _find_index(self, number: int, build: bool = False) -> tuple[ShardIndex, bool]:
         url = redact_url(self.urls[number])
+        if self._compressions[number] != "none":
+            raise ValueError(
+                f"{url} is a compressed shard: it has no index (its samples cannot be read "
+                "by byte range)"
+            )
         root, path = self._paths[number]
         location = self._locations[root]
         stream = partial(_shard_stream, location, path, url, self._counts)
@@ -520,7 +581,7 @@ class ShardDataset(IterableDataset[Any]):
         self, guard: StreamGuard
     ) -> Callable[[int], AsyncGenerator[tuple[Any, Ref | None], None]]:
         """Opens a whole shard under ``guard``: ``(sample, ref)``, or ``(marker, None)``."""
-        open_run = guarded_runs(self._run_samples, self.urls, guard)
+        open_run = guarded_runs(self._run_samples, self.urls, guard, self._rest_of_shard)
 
         async def open_shard(shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
             async with aclosing(open_run(Run(shard, 0, 0, -1))) as samples:
@@ -556,7 +617,7 @@ class ShardDataset(IterableDataset[Any]):
             runs = self._resplit([resume], worker, num_workers, batch_size)
         open_run: OpenRun = self._run_samples
         if guard is not None:
-            open_run = guarded_runs(open_run, self.urls, guard)
+            open_run = guarded_runs(open_run, self.urls, guard, self._rest_of_shard)
         stream = TrackedStream(
             runs,
             open_run,
@@ -568,6 +629,15 @@ class ShardDataset(IterableDataset[Any]):
         )
         self._live = (stream, layout)
         return stream.items()
+
+    def _rest_of_shard(self, url: str, left: Run) -> str:
+        """How a skip record names what a shard's failed read lost."""
+        if self._compressions[left.shard] == "none":
+            return f"{url}: the rest of the shard, from byte {left.offset}"
+        return (
+            f"{url}: the rest of the shard, from sample {left.start + 1} "
+            f"(byte {left.offset} of the decompressed tar)"
+        )
 
     def _layout(
         self, rank: int, world_size: int, worker: int, num_workers: int, batch_size: int | None
@@ -649,7 +719,8 @@ class ShardDataset(IterableDataset[Any]):
         A whole shard is read whole (through the cache, if any); part of one, with one
         byte-range request from ``run.offset``, its first sample's header: nothing
         before it is read again. Through the cache a part of a shard that has an index
-        is read whole, to be kept, and the samples around the run are skipped.
+        is read whole, to be kept, and the samples around the run are skipped; so is
+        part of a compressed shard (no byte range reaches into it).
         """
         if run.empty:
             return
@@ -658,6 +729,8 @@ class ShardDataset(IterableDataset[Any]):
         root, path = self._paths[shard]
         location = self._locations[root]
         index = self._indexes[shard] if self.split == "samples" and self._indexes else None
+        compressed = self._compressions[shard] != "none"
+        before = 0  # where the sample before ends
         stop = run.stop
         if index is not None:
             stop = len(index) if stop == -1 else stop
@@ -674,6 +747,10 @@ class ShardDataset(IterableDataset[Any]):
             else:
                 read, first = Segment(shard, run.start, stop), run.offset
                 stream = range_stream(location, path, url, index, read, self._counts)
+        elif compressed:
+            # No byte range into a compressed shard: from its start, the samples before the
+            # run passed over (and the run's first checked to be where the state says).
+            read, first, stream = Segment(shard, 0, stop), 0, self._whole_shard(shard)
         else:
             read, first = Segment(shard, run.start, stop), run.offset
             stream = (
@@ -691,6 +768,9 @@ class ShardDataset(IterableDataset[Any]):
                 key = sample["__key__"]
                 if index is not None and (position >= read.stop or key != index.keys[position]):
                     raise key_mismatch(url, index, read, position, key)
+                if compressed and position == run.start and not before <= run.offset <= begin:
+                    raise _other_shard(url, run)  # the run starts where no sample does
+                before = end
                 if position >= run.start and (stop == -1 or position < stop):
                     yield sample, (shard, position, begin, end, key), stop == -1 and last
                 position += 1
@@ -698,6 +778,8 @@ class ShardDataset(IterableDataset[Any]):
                     return  # a run cut from a shard without its index: the rest is another's
         if index is not None and position != read.stop:
             raise count_mismatch(url, read, position)
+        if compressed and position < run.start:
+            raise _other_shard(url, run)  # the shard ends before the run's first sample
 
     async def _reread(self, refs: Sequence[Ref]) -> list[Any]:
         """The samples ``refs`` name, read again: one range request per run of neighbours."""
@@ -705,8 +787,13 @@ class ShardDataset(IterableDataset[Any]):
             return []
         groups: list[list[Ref]] = []
         for ref in sorted(refs, key=lambda ref: (ref[0], ref[2])):
-            if groups and groups[-1][-1][0] == ref[0] and groups[-1][-1][3] == ref[2]:
-                groups[-1].append(ref)
+            last = groups[-1][-1] if groups else None
+            if (
+                last is not None
+                and last[0] == ref[0]
+                and (last[3] == ref[2] or self._compressions[ref[0]] != "none")
+            ):
+                groups[-1].append(ref)  # neighbours; or of one compressed shard, read whole
             else:
                 groups.append([ref])
         found: dict[tuple[int, int], Any] = {}
@@ -715,22 +802,32 @@ class ShardDataset(IterableDataset[Any]):
             shard, first, end = group[0][0], group[0][2], group[-1][3]
             url = redact_url(self.urls[shard])
             root, path = self._paths[shard]
-            chunks = range_chunks(self._locations[root], path, url, first, end, self._counts)
+            whole = self._compressions[shard] != "none"
+            chunks = (
+                self._whole_shard(shard)
+                if whole
+                else range_chunks(self._locations[root], path, url, first, end, self._counts)
+            )
             async with (
                 aclosing(chunks),
-                aclosing(iter_tar_spans(chunks, url, start=first)) as members,
+                aclosing(iter_tar_spans(chunks, url, start=0 if whole else first)) as members,
                 aclosing(group_spans(members, url)) as grouped,
             ):
                 wanted = iter(group)
+                ref = next(wanted, None)
                 async for sample, begin, _, _ in grouped:
-                    ref = next(wanted, None)
+                    if whole and ref is not None and begin < ref[2]:
+                        continue  # a compressed shard's samples before the next one wanted
                     if ref is None or ref[2] != begin or ref[4] != sample["__key__"]:
                         raise ShardStateError(
                             f"shard stream state: {url} has sample {sample['__key__']!r} at "
                             f"byte {begin}, the state expects {ref!r}: was the shard rewritten?"
                         )
                     found[ref[0], ref[1]] = sample
-                if next(wanted, None) is not None:
+                    ref = next(wanted, None)
+                    if ref is None:
+                        break
+                if ref is not None:
                     raise ShardStateError(
                         f"shard stream state: {url} ends before the samples the state names"
                     )
@@ -739,19 +836,24 @@ class ShardDataset(IterableDataset[Any]):
         return [found[ref[0], ref[1]] for ref in refs]
 
     def _whole_shard(self, number: int) -> AsyncGenerator[bytes, None]:
-        """The bytes of shard ``number``: from the local cache if there is one, else the store."""
+        """The tar of shard ``number``, decompressed if it is compressed: from the local
+        cache if there is one (which keeps the bytes as stored), else the store."""
         url = redact_url(self.urls[number])
         root, path = self._paths[number]
         location = self._locations[root]
         counts, cache = self._counts, self.cache
-        if cache is None:
-            return _shard_stream(location, path, url, counts)
-        return cache.stream(
-            entry_identity(url, location.store),
-            path.rpartition("/")[2],
-            functools.partial(_open_shard, location, path, url, counts),
-            counts,
+        stored = (
+            _shard_stream(location, path, url, counts)
+            if cache is None
+            else cache.stream(
+                entry_identity(url, location),
+                path.rpartition("/")[2],
+                functools.partial(_open_shard, location, path, url, counts),
+                counts,
+            )
         )
+        compression = self._compressions[number]
+        return stored if compression == "none" else decompressed(stored, compression, url)
 
     async def _samples(self, index: int) -> AsyncGenerator[dict[str, Any], None]:
         """The samples of shard ``index``, as its bytes arrive.
@@ -927,6 +1029,13 @@ class ShardDataset(IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return f"ShardDataset({len(self.urls)} shards, e.g. {redact_url(self.urls[0])!r})"
+
+
+def _other_shard(url: str, run: Run) -> ShardStateError:
+    return ShardStateError(
+        f"shard stream state: {url} has no sample {run.start} at byte {run.offset}: the state "
+        "is of other shards"
+    )
 
 
 async def _shard_stream(

@@ -65,6 +65,7 @@ from aioload.sources.store_errors import (
     raise_translated,
     translate,
 )
+from aioload.sources.store_identity import store_identity
 from aioload.urls import redact_url
 
 __all__ = [
@@ -288,20 +289,25 @@ class StoreLocation:
     location was made: a worker process (started by a fork server, perhaps
     before they were set) sees the same credentials and endpoint as the
     caller. A store given as an object travels as obstore pickles it.
+
+    Attributes:
+        identity: every setting that selects the store (bucket, endpoint,
+            region, account ..., from the options and the environment; see
+            :func:`~aioload.sources.store_identity.store_identity`): two
+            locations with the same identity read the same objects.
     """
 
     def __init__(self, url_or_store: Any, options: Mapping[str, Any]) -> None:
         self._options = dict(options)
         self._store: Any
-        self._environment: dict[str, str] = {}
+        self._environment = {
+            name: value
+            for name, value in os.environ.items()
+            if name.startswith(_ENVIRONMENT_PREFIXES)
+        }
         if isinstance(url_or_store, str):
             self.url: str | None = url_or_store
             self._store, self.prefix = open_store(url_or_store, **self._options)
-            self._environment = {
-                name: value
-                for name, value in os.environ.items()
-                if name.startswith(_ENVIRONMENT_PREFIXES)
-            }
             self.base = store_url(self._store)
         else:
             if options:
@@ -313,6 +319,8 @@ class StoreLocation:
             self.url = None
             self._store, self.prefix = url_or_store, ""
             self.base = store_url(url_or_store)
+        # Once, here: every process that unpickles this location names its cache entries alike.
+        self.identity = store_identity(self._store, self._environment)
 
     @property
     def store(self) -> Any:

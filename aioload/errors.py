@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "ItemTimeoutError",
     "LoaderTimeoutError",
+    "ParquetFormatError",
     "TarFormatError",
     "TooManySkippedError",
     "WorkerCrashedError",
@@ -58,6 +59,14 @@ class TarFormatError(ValueError):
 
     Its message names the shard and the byte offset of the header at fault
     (raised by :mod:`aioload.sources`, which re-exports it).
+    """
+
+
+class ParquetFormatError(ValueError):
+    """A Parquet file is truncated, is not Parquet, or its footer does not describe it.
+
+    Raised by :mod:`aioload.sources`, which re-exports it; defined here, without pyarrow,
+    so that ``except ParquetFormatError`` works wherever aioload is installed.
     """
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 SETUP_SEGMENT = "/memfd:aioload-setup"  # how a worker setup's segment is named
+RESULT_SEGMENT = "/memfd:aioload "  # a worker's result segment ("/memfd:aioload (deleted)")
 
 
 def address_of(array: np.ndarray[Any, Any]) -> int:
@@ -28,6 +29,23 @@ def mapping_of(address: int) -> str:
         low, high = (int(bound, 16) for bound in fields[0].split("-"))
         if low <= address < high:
             return fields[5] if len(fields) > 5 else ""
+    raise AssertionError(f"{address:#x} is not mapped")
+
+
+def segment_inode(array: np.ndarray[Any, Any]) -> int:
+    """The inode of the worker result segment (``memfd:aioload``) that holds ``array``'s data.
+
+    Every segment a worker creates is a new memfd with an inode of its own, so the inodes
+    the batches of an epoch lie in count the segments the workers created for them.
+    """
+    address = address_of(array)
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        if low <= address < high:
+            path = fields[5] if len(fields) > 5 else ""
+            assert path.startswith(RESULT_SEGMENT), f"{address:#x} lies in {path!r}"
+            return int(fields[4])
     raise AssertionError(f"{address:#x} is not mapped")
 
 

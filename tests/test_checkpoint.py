@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import aioload
@@ -428,17 +429,51 @@ def test_state_that_does_not_fit_is_refused() -> None:
 # -- worker processes ----------------------------------------------------------------------
 
 
+def from_the_end(stop: int, batches: int) -> int:
+    """``stop`` as a batch count: a negative one counts from the end of the epoch.
+
+    -1: after the last batch (the epoch's end seen), -2: at the last batch, -3: one before.
+    """
+    return stop if stop >= 0 else batches + 2 + stop
+
+
+# The hard stops, in every case (hypothesis adds random ones): before the first batch,
+# after it, mid-epoch, one before the last, at the last and after the last batch, with 1
+# to 3 workers (the epochs have 4 to 23 batches of sizes that do not divide 23).
+HARD_STOPS = [
+    example(stop_epoch=0, stop=0, seed=0, workers=2),
+    example(stop_epoch=0, stop=1, seed=1, workers=1),
+    example(stop_epoch=1, stop=3, seed=2, workers=3),
+    example(stop_epoch=2, stop=-3, seed=3, workers=2),
+    example(stop_epoch=1, stop=-2, seed=4, workers=3),
+    example(stop_epoch=0, stop=-1, seed=5, workers=1),
+]
+
+
+def hard_stops(test: Callable[..., None]) -> Callable[..., None]:
+    for hard in reversed(HARD_STOPS):
+        test = hard(test)
+    return test
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
 @pytest.mark.parametrize("in_order", [True, False], ids=["in_order", "any_order"])
 @pytest.mark.parametrize("name", list(SAMPLERS))
 @settings(max_examples=2, deadline=None)  # a pool start costs ~0.1 s: few examples per case
-@given(stop_epoch=st.integers(0, EPOCHS - 1), stop=st.integers(0, 8), seed=st.integers(0, 99))
+@hard_stops
+@given(
+    stop_epoch=st.integers(0, EPOCHS - 1),
+    stop=st.integers(-3, 8),
+    seed=st.integers(0, 99),
+    workers=st.integers(1, 3),
+)
 def test_resume_with_workers(
-    name: str, in_order: bool, stop_epoch: int, stop: int, seed: int
+    name: str, in_order: bool, stop_epoch: int, stop: int, seed: int, workers: int
 ) -> None:
     kwargs, hook = SAMPLERS[name]
     dataset = Keys() if in_order else SlowKeys()
 
-    def make(num_workers: int = 2) -> DataLoader:
+    def make(num_workers: int = workers) -> DataLoader:
         return DataLoader(
             dataset,
             num_workers=num_workers,
@@ -447,6 +482,7 @@ def test_resume_with_workers(
             **kwargs(seed),
         )
 
+    stop = from_the_end(stop, len(make(0)))
     # Workers change neither the batches nor their order: the reference runs without any.
     check_resume(make, stop_epoch, stop, in_order=in_order, hook=hook, reference=lambda: make(0))
 
@@ -518,12 +554,21 @@ class ShardedStream:
     [(2, 3, True), (2, 3, False), (3, None, True), (2, 4, True)],
 )
 @FEW
-@given(stop_epoch=st.integers(0, EPOCHS - 1), stop=st.integers(0, 9))
+@example(stop_epoch=0, stop=0)  # the hard stops, as for map-style datasets above
+@example(stop_epoch=0, stop=1)
+@example(stop_epoch=1, stop=5)  # past the end of the shortest shard (2 workers, 3 a batch)
+@example(stop_epoch=2, stop=-3)
+@example(stop_epoch=1, stop=-2)
+@example(stop_epoch=0, stop=-1)
+@given(stop_epoch=st.integers(0, EPOCHS - 1), stop=st.integers(-3, 9))
 def test_resume_iterable_dataset_with_workers(
     workers: int, batch_size: int | None, in_order: bool, stop_epoch: int, stop: int
 ) -> None:
     # Each worker resumes its own shard; in order, the round-robin goes on with the next worker
     # (23 samples: the shards end at different batches, so exhausted workers are skipped too).
+    shards = [len(range(worker, N, workers)) for worker in range(workers)]
+    stop = from_the_end(stop, sum(math.ceil(size / (batch_size or 1)) for size in shards))
+
     def make() -> DataLoader:
         return DataLoader(
             ShardedStream(),

@@ -13,10 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("obstore")
-pytest.importorskip("aiohttp")
-
 from marked import marked_processes
 
 from aioload.cli import EXIT_CODES, main

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import distributed
 import numpy as np
 import pytest
 
@@ -23,8 +24,6 @@ import aioload
 from aioload import DataLoader
 
 pytestmark = pytest.mark.slow
-
-distributed = pytest.importorskip("distributed")
 
 # -- datasets ------------------------------------------------------------------
 

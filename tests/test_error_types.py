@@ -323,8 +323,9 @@ def test_an_error_report_rebuilds_exits_and_interrupts_as_themselves(
 def test_an_exit_status_survives_tblibs_pickling() -> None:
     # dask installs tblib's exception pickling, which rebuilds SystemExit without its
     # __init__ (so without its code); a worker's SystemExit(3) must still exit with 3.
-    pickling_support = pytest.importorskip("tblib.pickling_support")
     import copyreg
+
+    from tblib import pickling_support
 
     saved = dict(copyreg.dispatch_table)
     pickling_support.install(SystemExit)

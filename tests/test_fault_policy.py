@@ -107,11 +107,16 @@ class BulkOnly(Batched):
 
 
 class Hangs:
-    """Async items; keys in ``hang`` never finish their first ``hangs`` attempts."""
+    """Async items; keys in ``hang`` never finish their first ``hangs`` attempts.
+
+    ``hung`` holds each hanging attempt's ``(start, end)`` on the monotonic clock: from
+    its start to its cancellation.
+    """
 
     def __init__(self, n: int, hang: set[int], hangs: int = 1_000_000) -> None:
         self.n, self.hang, self.hangs = n, hang, hangs
         self.attempts: dict[int, int] = {}
+        self.hung: dict[int, list[tuple[float, float]]] = {}
 
     def __len__(self) -> int:
         return self.n
@@ -119,7 +124,11 @@ class Hangs:
     async def __getitem__(self, key: int) -> int:
         tries = self.attempts[key] = self.attempts.get(key, 0) + 1
         if key in self.hang and tries <= self.hangs:
-            await asyncio.sleep(3600)
+            start = time.monotonic()
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                self.hung.setdefault(key, []).append((start, time.monotonic()))
         return key
 
 
@@ -386,10 +395,13 @@ def test_item_timeout_fails_a_hanging_async_item() -> None:
 
 
 def test_item_timeout_with_skip_drops_the_hanging_item() -> None:
-    loader = DataLoader(Hangs(8, hang={2, 5}), batch_size=4, item_timeout=0.05, on_error="skip")
-    start = time.monotonic()
+    dataset = Hangs(8, hang={2, 5})
+    loader = DataLoader(dataset, batch_size=4, item_timeout=0.05, on_error="skip")
     assert batches(loader) == [[0, 1, 3], [4, 6, 7]]
-    assert time.monotonic() - start < 2  # the two hanging items waited together
+    # The two hanging items (of two batches) waited together: each wait began before the
+    # other ended, whatever the timing (one after the other, one would end first).
+    ((start_2, end_2),), ((start_5, end_5),) = dataset.hung[2], dataset.hung[5]
+    assert max(start_2, start_5) < min(end_2, end_5)
     assert sorted((item.key, item.error_type) for item in loader.skipped) == [
         (2, "aioload.errors.ItemTimeoutError"),
         (5, "aioload.errors.ItemTimeoutError"),

@@ -18,10 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("ipykernel")
-pytest.importorskip("nbclient")
-
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager

@@ -94,3 +94,76 @@ def test_the_extras_name_the_distribution_and_leave_torch_out() -> None:
     for extra in ("test", "demo", "bench", "docs"):
         assert "torch" not in expanded(extra), extra
     assert expanded("torch") == {"torch"}
+
+
+@pytest.mark.timeout(60)
+def test_sources_star_import_without_pyarrow_fails_only_where_pyarrow_is_used() -> None:
+    # The demo's install (s3, progress) has no pyarrow: every name still imports, and the
+    # Parquet ones say which extra they need when used; ParquetFormatError is a real class.
+    code = (
+        "from aioload.sources import *\n"
+        "import aioload.sources as sources\n"
+        "assert all(name in globals() for name in sources.__all__)\n"
+        "assert issubclass(ParquetFormatError, ValueError)\n"
+        "assert not isinstance(object(), ParquetDataset)\n"
+        "for name, use in [\n"
+        "    ('ParquetDataset', lambda: ParquetDataset('file:///t.parquet')),\n"
+        "    ('IterableParquetDataset', lambda: IterableParquetDataset('file:///t.parquet')),\n"
+        "    ('ArrowRows', lambda: ArrowRows(None)),\n"
+        "    ('a subclass of ArrowRows', lambda: type('Mine', (ArrowRows,), {})),\n"
+        "]:\n"
+        "    try:\n"
+        "        use()\n"
+        "    except ImportError as error:\n"
+        "        print(error)\n"
+        "    else:\n"
+        "        print(name, 'worked without pyarrow')\n"
+        "print(len(JsonLinesDataset.__mro__) > 1, MixDataset.__name__)\n"
+    )
+    lines = _hint("pyarrow", code).splitlines()
+    assert lines[:3] == [
+        f"aioload.sources.{name} needs pyarrow: pip install 'aioload-data[parquet]'"
+        for name in ("ParquetDataset", "IterableParquetDataset", "ArrowRows")
+    ]
+    assert (
+        lines[3] == "aioload.sources.ArrowRows needs pyarrow: pip install 'aioload-data[parquet]'"
+    )
+    assert lines[4:] == ["True MixDataset"]
+
+
+# A qualified name in the docs (`aioload.sources.ShardIndexError`, `::: aioload.X`), or a bare
+# one (`ShardStateError`) of an error that is not a built-in; the bare ones must be importable
+# from where users import aioload's names.
+_QUALIFIED_ERROR = re.compile(r"\b(aioload(?:\.\w+)*)\.(\w+Error)\b")
+_BARE_ERROR = re.compile(r"(?<![\w.])([A-Z]\w*Error)\b")
+_PUBLIC = ("aioload", "aioload.sources")
+_OTHER_LIBRARIES = {"PicklingError": "pickle", "UnidentifiedImageError": "PIL"}
+
+
+def _doc_pages() -> list[Path]:
+    return sorted((ROOT / "docs").rglob("*.md"))
+
+
+def test_every_error_the_docs_name_is_importable_where_they_say() -> None:
+    import builtins
+    import importlib
+
+    qualified: set[tuple[str, str]] = set()
+    bare: set[str] = set()
+    for page in _doc_pages():
+        text = page.read_text()
+        qualified |= set(_QUALIFIED_ERROR.findall(text))
+        bare |= set(_BARE_ERROR.findall(text))
+    assert ("aioload.sources", "ParquetFormatError") in qualified and "ShardStateError" in bare
+    missing = []
+    for module, name in sorted(qualified):
+        if not isinstance(getattr(importlib.import_module(module), name, None), type):
+            missing.append(f"{module}.{name}")
+    for name in sorted(bare):
+        if hasattr(builtins, name):
+            continue
+        homes = [_OTHER_LIBRARIES[name]] if name in _OTHER_LIBRARIES else _PUBLIC
+        found = [getattr(importlib.import_module(home), name, None) for home in homes]
+        if not any(isinstance(error, type) and issubclass(error, Exception) for error in found):
+            missing.append(f"{name} (from {' or '.join(homes)})")
+    assert not missing, f"the docs name errors that do not import: {missing}"

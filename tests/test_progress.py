@@ -8,11 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tqdm
 
 import aioload
 from aioload import ArrayDataset, DataLoader
-
-tqdm = pytest.importorskip("tqdm")
 
 
 def loader(n: int = 20, batch_size: int = 4) -> DataLoader:

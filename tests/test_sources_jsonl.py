@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +62,6 @@ def compress(data: bytes, kind: str) -> bytes:
         return bz2.compress(data[:half]) + bz2.compress(data[half:])
     if kind == "xz":
         return lzma.compress(data[:half]) + lzma.compress(data[half:])
-    zstandard = pytest.importorskip("zstandard")
     compressor = zstandard.ZstdCompressor()
     packed: bytes = compressor.compress(data[:half]) + compressor.compress(data[half:])
     return packed
@@ -87,17 +87,8 @@ def write_files(folder: Path, kinds: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """Files of every kind (zstd ones only where zstandard is installed)."""
-    kinds = [kind for kind in KINDS if kind != "zstd" or _has_zstd()]
-    return write_files(tmp_path_factory.mktemp("mixed"), kinds)
-
-
-def _has_zstd() -> bool:
-    try:
-        import zstandard  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Files of every kind."""
+    return write_files(tmp_path_factory.mktemp("mixed"), KINDS)
 
 
 def flat(batches: list[Any]) -> list[int]:
@@ -239,8 +230,6 @@ async def test_compression_is_given_for_any_name(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("kind", KINDS)
 async def test_lines_come_while_the_file_is_still_arriving(kind: str) -> None:
-    if kind == "zstd":
-        pytest.importorskip("zstandard")
     data = compress(b"".join(row(n) + b"\n" for n in range(400)), kind)
     arrived = asyncio.Event()
     sent = 0
@@ -268,8 +257,6 @@ async def test_lines_come_while_the_file_is_still_arriving(kind: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("chunk_size", [5, 1 << 20])
 async def test_every_line_comes_in_order(tmp_path: Path, kind: str, chunk_size: int) -> None:
-    if kind == "zstd":
-        pytest.importorskip("zstandard")
     urls = write_files(tmp_path, [kind])
     dataset = JsonLinesDataset(urls, decode=number, chunk_size=chunk_size)
     assert await collect(dataset) == list(range(TOTAL))
@@ -280,8 +267,6 @@ async def test_every_line_comes_in_order(tmp_path: Path, kind: str, chunk_size: 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("kind", KINDS)
 async def test_crlf_bom_blank_lines_and_no_final_newline(tmp_path: Path, kind: str) -> None:
-    if kind == "zstd":
-        pytest.importorskip("zstandard")
     data = b'\xef\xbb\xbf{"n": 0}\r\n\r\n   \n{"n": 1}\n\t\n{"n": 2}\r\n{"n": 3}'
     path = tmp_path / f"odd{SUFFIX[kind]}"
     path.write_bytes(compress(data, kind))
@@ -420,8 +405,6 @@ def test_a_bad_line_raises_under_a_raising_policy(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["gzip", "zstd", "bz2", "xz"])
 def test_a_truncated_file_is_skipped_from_where_it_fails(tmp_path: Path, kind: str) -> None:
-    if kind == "zstd":
-        pytest.importorskip("zstandard")
     data = b"".join(row(n) + b"\n" for n in range(200))
     cut = tmp_path / f"cut{SUFFIX[kind]}"
     whole = compress(data, kind)

@@ -14,7 +14,7 @@ import pytest
 from servers import OBJECT_SIZE, OBJECTS, object_bytes
 
 from aioload import DataLoader
-from aioload.sources import ObjectDataset, ObjectListing, open_store
+from aioload.sources import ObjectDataset, ObjectListing, ObjectServer, open_store
 
 
 def decode_number(data: Any) -> tuple[int, int]:
@@ -133,14 +133,20 @@ async def test_byte_ranges_over_http(object_server: Any) -> None:
         ObjectDataset(url, byte_range=(5, 5))
 
 
-def test_latency_bound_reads_overlap(object_server: Any) -> None:
-    # 200 objects behind 2 ms each: one at a time would take 0.4 s; concurrently far less.
+@pytest.mark.parametrize("workers", [0, 2])
+def test_latency_bound_reads_overlap(object_folder: Path, workers: int) -> None:
+    # 200 objects behind 20 ms each: one at a time would take 4 s. The reads of a batch (32)
+    # are in flight together, and the window's next batches' with them: the server, a fresh
+    # one for this loader alone, sees at least a batch's worth of requests at once.
     keys = [f"{i:05d}.bin" for i in range(OBJECTS)]
-    dataset = ObjectDataset(object_server.url + "/objects", keys, decode=first_word)
-    for workers in (0, 2):
+    with ObjectServer(object_folder, latency=0.02) as server:
+        dataset = ObjectDataset(server.url + "/objects", keys, decode=first_word)
         loader = DataLoader(dataset, batch_size=32, num_workers=workers)
         numbers = np.concatenate([batch.ravel() for batch in loader])
-        assert numbers.tolist() == list(range(OBJECTS))
+        stats = server.stats()
+    assert numbers.tolist() == list(range(OBJECTS))
+    assert stats["requests"] == OBJECTS
+    assert stats["most_in_flight"] >= 32, stats
 
 
 @pytest.mark.asyncio

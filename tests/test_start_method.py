@@ -302,7 +302,6 @@ def test_in_order_batches_still_go_round_robin() -> None:
 def test_workers_are_not_forked_once_a_native_runtime_runs(tmp_path: Path) -> None:
     # obstore's first request starts tokio's threads, which a fork does not carry over:
     # a worker forked after it would hang at its own first request.
-    pytest.importorskip("obstore")
     (tmp_path / "data").mkdir()
     for index in range(4):
         (tmp_path / "data" / f"{index}.bin").write_bytes(bytes([index]) * 8)

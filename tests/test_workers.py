@@ -25,6 +25,7 @@ import pytest
 
 import aioload
 from aioload import DataLoader, LoaderTimeoutError, WorkerCrashedError
+from tests.mappings import segment_inode
 
 # -- datasets ------------------------------------------------------------------
 
@@ -329,12 +330,45 @@ def test_arrays_stay_valid_after_the_workers_are_gone() -> None:
     assert [int(b[1].sum()) for b in batches] == [(2 * i + 1) * (1 << 20) for i in range(4)]
 
 
-def test_segments_are_reused_across_batches() -> None:
-    # Many big batches, each dropped at once: memory stays flat (segments are recycled).
-    loader = DataLoader(BigItems(), batch_size=1, num_workers=1)
-    for _ in range(3):
-        total = sum(int(batch[0, 0]) for batch in loader)
-        assert total == sum(range(8))
+class MiB(aioload.Dataset):
+    """Sample ``i`` is 1 MiB of uint32 that only sample ``i`` holds: ``i << 18`` onwards."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return MiB.expected(index)
+
+    @staticmethod
+    def expected(index: int) -> np.ndarray:
+        return np.arange(index << 18, (index + 1) << 18, dtype=np.uint32)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_segments_are_reused_across_batches(workers: int) -> None:
+    # 64 batches of 1 MiB, each dropped once read (but every 16th, kept to the end): the
+    # workers write them into a few recycled segments, not into a new one per batch, and a
+    # segment still in use (a kept batch) is never written over.
+    prefetch = 2
+    loader = DataLoader(MiB(), batch_size=1, num_workers=workers, prefetch_factor=prefetch)
+    inodes: set[int] = set()
+    kept: dict[int, np.ndarray] = {}
+    count = 0
+    for index, batch in enumerate(loader):
+        assert batch.shape == (1, 1 << 18)
+        np.testing.assert_array_equal(batch[0], MiB.expected(index))
+        inodes.add(segment_inode(batch))
+        if index % 16 == 0:
+            kept[index] = batch
+        count += 1
+    del batch
+    assert count == 64
+    for index, batch in kept.items():
+        np.testing.assert_array_equal(batch[0], MiB.expected(index))
+    # In flight per worker: `prefetch` batches, one more being read, and one the consumer
+    # holds; plus the segments the kept batches hold. Without reuse: one segment per batch.
+    bound = workers * (prefetch + 2) + len(kept) + 2
+    assert len(inodes) <= bound, f"{len(inodes)} segments for 64 batches (at most {bound})"
 
 
 # -- iterable datasets -------------------------------------------------------------

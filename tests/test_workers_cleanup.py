@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import pytest
 
 import aioload
 from aioload import DataLoader, WorkerCrashedError
+from aioload.backends.pool import warm_forkserver
 from tests.conftest import wait_until
 
 GONE_WITHIN = 5.0  # seconds: the issue's bound for every route
@@ -353,7 +355,15 @@ class Resources:
 
 @pytest.fixture(scope="module", autouse=True)
 def fork_server_running() -> None:
-    """Starts the fork server and resource tracker first: they are not an iteration's leftovers."""
+    """Starts the fork server and resource tracker first: they are not an iteration's leftovers.
+
+    Both live as long as this process, and each holds a pipe here: started by the first
+    test that needs one (``spawn`` starts the tracker, ``forkserver`` both), they would count
+    as that test's leak. Whatever start method the loader's default picks, both run before
+    any test takes its baseline, so the file passes alone and in any order.
+    """
+    resource_tracker.ensure_running()
+    warm_forkserver(multiprocessing.get_context("forkserver"))
     assert len(list(DataLoader(Pids(2), num_workers=1))) == 2
 
 

@@ -48,7 +48,7 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         "aioload.sources needs obstore (object stores): pip install 'aioload-data[s3]'"
     ) from error
 
-from aioload.errors import TarFormatError
+from aioload.errors import ParquetFormatError, TarFormatError
 from aioload.sources.cache import LocalCache
 from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
 from aioload.sources.jsonl import JsonLinesDataset
@@ -57,6 +57,7 @@ from aioload.sources.mix import MixDataset
 from aioload.sources.objects import ObjectDataset, ObjectListing
 from aioload.sources.rank_split import Segment
 from aioload.sources.shard_index import ShardIndex, ShardIndexError
+from aioload.sources.shard_state import ShardStateError
 from aioload.sources.shards import ShardDataset, expand_urls
 from aioload.sources.sizes import parse_size
 from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
@@ -65,17 +66,18 @@ from aioload.sources.writer import ShardWriter
 if TYPE_CHECKING:
     from aioload.sources.arrow_rows import ArrowRows
     from aioload.sources.parquet import ParquetDataset
-    from aioload.sources.parquet_footer import ParquetFormatError
     from aioload.sources.parquet_iterable import IterableParquetDataset
     from aioload.sources.seaweedfs import SeaweedFS
     from aioload.sources.server import ObjectServer
 
-# Parquet needs pyarrow (the parquet extra): its names are imported on first use.
+# Parquet needs pyarrow (the parquet extra): its names are imported on first use. Without
+# pyarrow each is a stand-in that raises ImportError naming the extra when it is used, so
+# that `from aioload.sources import *` works in any installation. (ParquetFormatError needs
+# no pyarrow: `except ParquetFormatError` works everywhere.)
 _PARQUET = {
     "ArrowRows": "aioload.sources.arrow_rows",
     "IterableParquetDataset": "aioload.sources.parquet_iterable",
     "ParquetDataset": "aioload.sources.parquet",
-    "ParquetFormatError": "aioload.sources.parquet_footer",
 }
 
 __all__ = [
@@ -97,6 +99,7 @@ __all__ = [
     "ShardDataset",
     "ShardIndex",
     "ShardIndexError",
+    "ShardStateError",
     "ShardWriter",
     "ShuffledListing",
     "TarFormatError",
@@ -125,9 +128,7 @@ def __getattr__(name: str) -> Any:
         try:
             import pyarrow  # noqa: F401
         except ImportError as error:
-            raise ImportError(
-                f"aioload.sources.{name} needs pyarrow: pip install 'aioload-data[parquet]'"
-            ) from error
+            return _needs_an_extra(name, "pyarrow", "parquet", error)
         import importlib
 
         return getattr(importlib.import_module(_PARQUET[name]), name)
@@ -136,3 +137,26 @@ def __getattr__(name: str) -> Any:
 
         return SeaweedFS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _needs_an_extra(name: str, package: str, extra: str, error: ImportError) -> type:
+    """A stand-in for class ``name``, whose module needs ``package``: it raises when used.
+
+    Creating an instance, or a subclass, raises ``ImportError`` naming the extra that
+    installs the package; ``isinstance(x, stand_in)`` is False.
+    """
+    message = f"aioload.sources.{name} needs {package}: pip install 'aioload-data[{extra}]'"
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ImportError(message, name=package) from error
+
+    return type(
+        name,
+        (),
+        {
+            "__doc__": f"Not available: {message}.",
+            "__module__": __name__,
+            "__new__": refuse,
+            "__init_subclass__": classmethod(refuse),
+        },
+    )

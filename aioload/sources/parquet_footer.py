@@ -26,6 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aioload.errors import ParquetFormatError
+
 __all__ = [
     "FOOTER_GUESS",
     "ColumnChunk",
@@ -43,10 +45,6 @@ FOOTER_GUESS = 64 << 10
 
 _MAGIC = b"PAR1"
 _TRAILER = 8  # the footer's length and the magic
-
-
-class ParquetFormatError(ValueError):
-    """A Parquet file is truncated, is not Parquet, or its footer does not describe it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,7 +174,13 @@ class ObjectServer:
             process.stdout.close()
 
     def stats(self) -> dict[str, int]:
-        """Requests answered so far, injected errors among them, and body bytes sent."""
+        """What the server has answered so far.
+
+        ``requests`` (object requests answered), ``errors`` (injected errors among
+        them), ``bytes`` (body bytes sent) and ``most_in_flight`` (the most object
+        requests it was answering at once, each counted from its arrival to its answer,
+        latency included): how far a client's reads overlapped.
+        """
         with LOOPBACK_OPENER.open(self.url + STATS_PATH, timeout=10) as answer:
             stats: dict[str, int] = json.loads(answer.read())
         return stats
@@ -250,7 +256,8 @@ async def _main(
 
     root = os.path.realpath(settings["root"])
     draws = random.Random(settings["seed"])
-    counts = {"requests": 0, "errors": 0, "bytes": 0}
+    counts = {"requests": 0, "errors": 0, "bytes": 0, "most_in_flight": 0}
+    in_flight = 0
     # request path -> (file, mtime_ns, size, body, headers): a file is resolved, read and
     # described once, and only checked with one stat() per request after that.
     cache: dict[str, tuple[str, int, int, bytes, dict[str, str]]] = {}
@@ -284,11 +291,20 @@ async def _main(
         return body, headers
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        nonlocal in_flight
         if request.path == STATS_PATH:
             return web.Response(text=json.dumps(counts), content_type="application/json")
         if request.path == CONTROL_PATH and request.method == "POST":
             settings.update(json.loads(await request.read()))
             return web.Response(text="ok\n")
+        in_flight += 1
+        counts["most_in_flight"] = max(counts["most_in_flight"], in_flight)
+        try:
+            return await answer(request)
+        finally:
+            in_flight -= 1
+
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
         counts["requests"] += 1
         latency, error_rate = settings["latency"], settings["error_rate"]
         if latency:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import braceexpand
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -106,7 +107,6 @@ def _balanced(pattern: str) -> bool:
 @settings(max_examples=2000, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), max_size=14).map("".join))
 def test_patterns_expand_as_braceexpand_does(pattern: str) -> None:
-    braceexpand = pytest.importorskip("braceexpand")
     if not _balanced(pattern):
         with pytest.raises(ValueError, match="unmatched"):
             expand_braces(pattern)

@@ -530,8 +530,6 @@ def test_exact_resume_continues_with_the_lines_left(
 
 @pytest.mark.parametrize("kind", ["gzip", "zstd", "bz2", "xz"])
 def test_a_compressed_file_resumes_by_its_line_count(tmp_path: Path, kind: str) -> None:
-    if kind == "zstd":
-        pytest.importorskip("zstandard")
     # Stops inside a file's first and second member: read again from the start, decompressed.
     urls = write_files(tmp_path, [kind])
     full = flat(list(loader(JsonLinesDataset(urls, decode=number))))

@@ -3,7 +3,8 @@
 The far side of the process backend (:mod:`aioload.backends.processes`). A
 worker receives its :class:`~aioload.backends.reader.WorkerSetup` (the
 dataset, ``collate_fn``, ``worker_init_fn`` and the batching options) once
-when it starts, seeds its random number generators, calls ``worker_init_fn``
+when it starts, gives torch one thread (as torch's workers do, when torch is
+imported), seeds its random number generators, calls ``worker_init_fn``
 and then serves commands on its own uvloop event loop. It is an inline
 backend on a loop of its own: many fetches are in flight at once (an async
 dataset's items up to ``concurrency``), and each batch's outcome goes back in
@@ -96,6 +97,22 @@ def seed_generators(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+
+
+def limit_torch_threads() -> None:
+    """Gives torch (if imported) one intra-op thread in this worker, as torch's workers do.
+
+    N workers each running torch's default thread pool (one thread per core)
+    would oversubscribe the cores N times. And a worker forked from a parent
+    whose pool has run (a torch op in the dataset's ``__init__``) inherits a
+    pool whose threads did not survive the fork: its first multi-threaded op
+    (a convolution) waits for them forever (pytorch#53565). One thread runs
+    every op on the worker's own thread. A ``worker_init_fn`` may raise it
+    again (``torch.set_num_threads``).
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 # glibc mallopt parameters (malloc.h).
@@ -207,6 +224,7 @@ def worker_main(
         setup = open_setup(setup)
         info = WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset, setup.batch_size)
         set_process_worker_info(info)
+        limit_torch_threads()  # after the setup: unpickling the dataset may import torch
         seed_generators(seed)
         if setup.worker_init_fn is not None:
             setup.worker_init_fn(worker_id)

@@ -67,6 +67,7 @@ from aioload.backends.inline import InlineBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
 from aioload.backends.setup_parcel import SetupParcel, open_setup
 from aioload.collate import collate_into
+from aioload.dataset_epochs import DatasetEpochs, set_dataset_epochs
 from aioload.eventloop import new_event_loop
 from aioload.fetch import inspect_dataset
 from aioload.groups import raise_ungrouped, reported
@@ -84,6 +85,8 @@ from aioload.worker_info import WorkerInfo, set_process_worker_info
 
 __all__ = ["ORPHAN_GRACE", "seed_generators", "worker_main"]
 
+# A request always follows its epoch's START_EPOCH on the same socket: this is a bug.
+_NOT_STARTED = "worker got a request of epoch {} before that epoch's start"
 ORPHAN_GRACE = 1.0  # seconds a worker whose loader died gets to stop by itself
 _POLL_LOADER = 0.5  # seconds between looks at the loader's pid, where there is no pidfd
 
@@ -280,6 +283,7 @@ class _Worker:
         self._epoch = NO_EPOCH
         self._epoch_scope: anyio.CancelScope | None = None
         self._backend: InlineBackend | None = None
+        self._start_error: BaseException | None = None  # why the epoch could not start
         self._loader_gone = False
 
     async def serve(self, watch: _LoaderWatch | None = None) -> None:
@@ -306,18 +310,22 @@ class _Worker:
     async def _dispatch(self, fields: tuple[Any, ...]) -> bool:
         """Carries out one command; False means stop serving."""
         command = fields[0]
-        if command == Command.FETCH or command == Command.NEXT:
+        if command == Command.START_EPOCH:
+            epoch, dataset_epochs, resume = fields[1], fields[2], fields[3]
+            try:
+                await self._start_epoch(epoch, dataset_epochs, resume)
+            except BaseException as error:  # the dataset refused its state, say
+                if not reported(error):
+                    raise
+                self._start_error = error  # the epoch's first request reports it
+        elif command == Command.FETCH or command == Command.NEXT:
             epoch, seq = fields[1], fields[2]
-            if epoch != self._epoch:
-                resume = fields[3] if command == Command.NEXT else None
-                try:
-                    await self._start_epoch(epoch, resume)
-                except BaseException as error:  # the dataset refused its state, say
-                    if not reported(error):
-                        raise
-                    self.send(epoch, Outcome(seq, error=error))
-                    return True
-            if self._backend is None:  # the epoch could not start (reported above)
+            if epoch != self._epoch:  # a request of an epoch that has not started here
+                self.send(epoch, Outcome(seq, error=RuntimeError(_NOT_STARTED.format(epoch))))
+            elif self._start_error is not None:
+                refused, self._start_error = self._start_error, None
+                self.send(epoch, Outcome(seq, error=refused))
+            elif self._backend is None:  # the epoch could not start (reported once)
                 self.send(epoch, Outcome(seq, end=True))
             else:
                 self._backend.submit(seq, fields[3] if command == Command.FETCH else None)
@@ -330,10 +338,19 @@ class _Worker:
             return False
         return True
 
-    async def _start_epoch(self, epoch: int, resume: Any = None) -> None:
-        """Starts ``epoch``; a stream resumed from a checkpoint first loads its state."""
+    async def _start_epoch(
+        self, epoch: int, dataset_epochs: DatasetEpochs = (), resume: Any = None
+    ) -> None:
+        """Starts ``epoch``: the dataset's copy gets the epochs ``set_epoch`` gave the
+        loader's dataset; then a stream resumed from a checkpoint loads its state (whose
+        epoch wins)."""
         self._end_epoch()
         self._epoch = epoch
+        try:
+            set_dataset_epochs(self._setup.dataset, dataset_epochs)
+        except BaseException as error:
+            error.add_note("raised while setting this worker's dataset epoch (set_epoch)")
+            raise
         if resume is not None:
             try:
                 self._setup.dataset.load_state_dict(resume)
@@ -355,7 +372,7 @@ class _Worker:
     def _end_epoch(self) -> None:
         if self._epoch_scope is not None:
             self._epoch_scope.cancel()
-        self._epoch_scope = self._backend = None
+        self._epoch_scope = self._backend = self._start_error = None
         self._epoch = NO_EPOCH
 
     async def _run_epoch(self, epoch: int, *, task_status: anyio.abc.TaskStatus[Any]) -> None:

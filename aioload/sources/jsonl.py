@@ -198,7 +198,9 @@ class JsonLinesDataset(IterableDataset[Any]):
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
 
-        Call it before each epoch, in every rank, with the same value.
+        Call it before each epoch, in every rank, with the same value. With
+        worker processes, persistent ones included, the epoch reaches every
+        worker's copy of the dataset when the next epoch starts (``iter(loader)``).
 
         Example::
 

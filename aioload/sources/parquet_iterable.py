@@ -171,7 +171,18 @@ class IterableParquetDataset(IterableDataset[Any]):
         await self.files.load()
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``)."""
+        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
+
+        Call it before each epoch, in every rank, with the same value. With
+        worker processes, persistent ones included, the epoch reaches every
+        worker's copy of the dataset when the next epoch starts (``iter(loader)``).
+
+        Example::
+
+            for epoch in range(10):
+                dataset.set_epoch(epoch)
+                for batch in loader: ...
+        """
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
         self.epoch = epoch

@@ -282,9 +282,15 @@ class ShardDataset(IterableDataset[Any]):
         """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
 
         Call it before each epoch, in every rank, with the same value; without
-        it every epoch has the order of epoch 0. Worker processes copy the
-        dataset when they start, so persistent workers keep the epoch they
-        started with.
+        it every epoch has the order of epoch 0. With worker processes,
+        persistent ones included, the epoch reaches every worker's copy of the
+        dataset when the next epoch starts (``iter(loader)``).
+
+        Example::
+
+            for epoch in range(10):
+                dataset.set_epoch(epoch)
+                for batch in loader: ...
         """
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")

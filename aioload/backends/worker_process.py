@@ -71,6 +71,7 @@ from aioload.dataset_epochs import DatasetEpochs, set_dataset_epochs
 from aioload.eventloop import new_event_loop
 from aioload.fetch import inspect_dataset
 from aioload.groups import raise_ungrouped, reported
+from aioload.ranks import set_loader_ranks
 from aioload.transport import Arena, SegmentWriter
 from aioload.wire import (
     FRAME_LENGTH,
@@ -227,6 +228,8 @@ def worker_main(
         setup = open_setup(setup)
         info = WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset, setup.batch_size)
         set_process_worker_info(info)
+        if setup.ranks is not None:
+            set_loader_ranks(setup.ranks)
         limit_torch_threads()  # after the setup: unpickling the dataset may import torch
         seed_generators(seed)
         if setup.worker_init_fn is not None:

@@ -122,8 +122,8 @@ class MixDataset(IterableDataset[Any]):
 
     The mix is a sync stream (``__iter__``, which the loader reads in a thread) when
     every source is sync, an async one otherwise; ``async for`` works either way. The
-    rank (``RANK``, as :class:`~aioload.DistributedSampler` reads it) is read at
-    construction.
+    rank (``torch.distributed``'s when it is initialised, else ``RANK``, as
+    :class:`~aioload.DistributedSampler` reads it) is read at construction.
 
     Raises:
         ValueError, TypeError: no source, a source that is not an iterable dataset,

@@ -90,8 +90,10 @@ class IterableParquetDataset(IterableDataset[Any]):
             the epoch; see :meth:`set_epoch`).
         shuffle_buffer: rows held in the shuffle buffer (0 or 1: none).
         seed: the seed of every shuffle.
-        rank: this process's rank (default: ``RANK``, else 0).
-        world_size: the number of ranks (default: ``WORLD_SIZE``, else 1).
+        rank: this process's rank (default: ``torch.distributed``'s when it is
+            initialised, else the ``RANK`` environment variable, else 0; see
+            :func:`~aioload.rank_and_world_size`).
+        world_size: the number of ranks (default: likewise, else ``WORLD_SIZE``, else 1).
         split: ``"rows"`` (the same number of rows on every rank) or ``"row_groups"``
             (whole row groups per rank and worker). Default: ``"rows"`` with
             ``world_size > 1``, else ``"row_groups"``.

@@ -56,6 +56,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import atexit
+import os
 import queue
 import signal
 import sys
@@ -299,6 +300,7 @@ class _LoopThread:
         self._thread = threading.Thread(
             target=self._run, args=(started,), name="aioload-loop", daemon=True
         )
+        self._pid = os.getpid()
         _live_loop_threads.add(self)
         self._thread.start()
         try:
@@ -423,7 +425,8 @@ def _stop_every_loop_thread() -> None:
     :func:`~aioload.backends.pool.exit_began`).
     """
     exit_began()
-    threads = list(_live_loop_threads)
+    # A process forked from this one holds copies of these, whose threads are not its own.
+    threads = [thread for thread in list(_live_loop_threads) if thread._pid == os.getpid()]
     for thread in threads:
         thread._request(abandon=False)
     deadline = time.monotonic() + EXIT_GRACE

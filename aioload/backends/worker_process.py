@@ -16,8 +16,11 @@ Under a fault policy the worker's reader retries, times out and skips items
 itself; the skipped items and the retry count travel with their batch's
 outcome, so the loader counts every worker's.
 
-Each epoch is a scope of its own in the worker: a command of a new epoch
-cancels whatever the previous one still had in flight. Iterable datasets are
+Each epoch is a scope of its own in the worker, begun by the epoch's
+``START_EPOCH``, which cancels whatever the previous one still had in flight,
+then gives the worker's copy of the dataset the epochs ``set_epoch`` gave the
+loader's (:mod:`aioload.dataset_epochs`: persistent workers keep their copy
+across epochs) and loads a resumed stream's state. Iterable datasets are
 iterated afresh each epoch, batched here, with ``drop_last`` applied per
 worker, as in torch.
 

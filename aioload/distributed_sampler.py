@@ -1,19 +1,21 @@
 """DistributedSampler: one replica's (rank's) share of a dataset, as torch's.
 
-The ranks and the world size default to the ``RANK`` and ``WORLD_SIZE`` environment
-variables (as ``torchrun`` sets them); the shuffle is seeded by ``seed + epoch``, the same on
-every replica. Its checkpoints come from :class:`~aioload.sampler_state._Resumable`.
+The ranks and the world size default to ``torch.distributed``'s when its default process group
+is initialised (as torch's sampler reads them), else to the ``RANK`` and ``WORLD_SIZE``
+environment variables (as ``torchrun`` sets them; see :mod:`aioload.ranks`); the shuffle
+is seeded by ``seed + epoch``, the same on every replica. Its checkpoints come from
+:class:`~aioload.sampler_state._Resumable`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Mapping, Sized
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from aioload.ranks import launcher_rank, launcher_world_size
 from aioload.sampler_state import _count_field, _Iteration, _Resumable
 
 __all__ = ["DistributedSampler"]
@@ -39,10 +41,12 @@ class DistributedSampler(_Resumable, Generic[T_co]):
 
     Args:
         dataset: the dataset (anything with ``__len__``), of constant size.
-        num_replicas: number of replicas. Default: the ``WORLD_SIZE`` environment variable
-            (as set by ``torchrun``).
-        rank: this replica's rank in ``[0, num_replicas - 1]``. Default: the ``RANK``
-            environment variable.
+        num_replicas: number of replicas. Default: ``torch.distributed.get_world_size()``
+            when torch's default process group is initialised, else the ``WORLD_SIZE``
+            environment variable (as set by ``torchrun``).
+        rank: this replica's rank in ``[0, num_replicas - 1]``. Default:
+            ``torch.distributed.get_rank()`` likewise, else the ``RANK`` environment
+            variable.
         shuffle: shuffle the indices. Default: ``True``.
         seed: shuffling seed, the same on every replica. Default: ``0``.
         drop_last: drop the tail instead of padding. Default: ``False``.
@@ -65,8 +69,8 @@ class DistributedSampler(_Resumable, Generic[T_co]):
         seed: int = 0,
         drop_last: bool = False,
     ) -> None:
-        num_replicas = _from_env("num_replicas", num_replicas, "WORLD_SIZE")
-        rank = _from_env("rank", rank, "RANK")
+        num_replicas = _given_or_launched("num_replicas", num_replicas, "WORLD_SIZE")
+        rank = _given_or_launched("rank", rank, "RANK")
         if num_replicas <= 0:
             raise ValueError(
                 f"num_replicas should be a positive integer value, but got "
@@ -153,20 +157,18 @@ def _non_negative_int(name: str, value: object) -> int:
     return int(value)
 
 
-def _from_env(name: str, value: object, variable: str) -> int:
+def _given_or_launched(name: str, value: object, variable: str) -> int:
+    """``value``, else what the launcher set up (torch.distributed, else ``variable``)."""
     if value is None:
-        text = os.environ.get(variable)
-        if text is None:
+        launched = launcher_rank() if variable == "RANK" else launcher_world_size()
+        if launched is None:
             raise ValueError(
-                f"{name} was not given and the {variable} environment variable is not set; "
-                f"pass {name}= explicitly or set {variable} (torchrun sets it)"
+                f"{name} was not given and the {variable} environment variable is not set "
+                f"(nor is torch.distributed initialised); pass {name}= explicitly, set "
+                f"{variable} (torchrun sets it) or call torch.distributed.init_process_group "
+                "first"
             )
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(
-                f"the {variable} environment variable should be an integer, but got {text!r}"
-            ) from None
+        return launched
     if not isinstance(value, int | np.integer) or isinstance(value, bool):
         raise TypeError(f"{name} should be an integer, but got {type(value).__name__}")
     return int(value)

@@ -31,6 +31,11 @@ with one exception: a sync read that does not return.
   thread when ``timeout > 0`` (with no timeout it reads it on its loop, which
   is cheaper). Its loop thread itself, if something blocks the loop (an async
   dataset calling blocking code), is left behind the same way.
+- Interpreter exit: a script may end while an epoch still runs (an iterator
+  kept in a variable, persistent workers, a pin thread). An exit handler
+  stops every such epoch as ``close()`` does, its sync reads waited for at
+  most :data:`EXIT_GRACE` seconds, before the interpreter finalizes; the
+  finalizer of an iterator collected later then has nothing left to wait for.
 - Ctrl-C (``KeyboardInterrupt``) always reaches the program. Landing while
   the caller waits for a batch, during ``iter()`` or during the teardown, it
   stops the epoch, waiting at most :data:`INTERRUPT_GRACE` seconds for the
@@ -50,23 +55,34 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import atexit
+import os
 import queue
 import signal
 import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# Imported before this module registers its exit handler: see _stop_every_loop_thread.
+from aioload.backends.pool import exit_began
 from aioload.backends.start_method import wait_until_gone
 from aioload.errors import LoaderTimeoutError
 from aioload.eventloop import new_event_loop
 from aioload.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.scheduler import Epoch
 
-__all__ = ["INTERRUPT_GRACE", "AsyncBatchIterator", "ReportedLength", "SyncBatchIterator"]
+__all__ = [
+    "EXIT_GRACE",
+    "INTERRUPT_GRACE",
+    "AsyncBatchIterator",
+    "ReportedLength",
+    "SyncBatchIterator",
+]
 
 _WAIT_SLICE = 0.1
 INTERRUPT_GRACE = 1.0
@@ -75,6 +91,8 @@ INTERRUPT_GRACE = 1.0
 # are not waited for) before it is left behind too.
 _ABANDON_WAIT = 0.5
 _ABANDONED = "aioload-abandoned"
+EXIT_GRACE = 0.5
+"""Seconds the interpreter's exit waits for the sync reads of epochs still running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +300,8 @@ class _LoopThread:
         self._thread = threading.Thread(
             target=self._run, args=(started,), name="aioload-loop", daemon=True
         )
+        self._pid = os.getpid()
+        _live_loop_threads.add(self)
         self._thread.start()
         try:
             started.wait()
@@ -337,7 +357,9 @@ class _LoopThread:
         then raised.
         """
         self._request(abandon=False)
-        if threading.current_thread() is self._thread:
+        # Given up (at exit, say): what could stop has stopped. Finalizing: no other
+        # thread runs any more, so this one would never end.
+        if self._given_up or sys.is_finalizing() or threading.current_thread() is self._thread:
             return
         try:
             self._join(None)
@@ -380,6 +402,36 @@ class _LoopThread:
                 finally:
                     if not ended:
                         thread.name = _ABANDONED
+
+
+_live_loop_threads: weakref.WeakSet[_LoopThread] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_every_loop_thread() -> None:
+    """Stops, when the interpreter exits, every epoch a sync iterator still runs.
+
+    A script that ends mid-epoch (``it = iter(loader)``, a few ``next(it)``)
+    leaves its iterator to the interpreter's finalization, where no other
+    thread runs any more: the finalizer would wait forever for the loop
+    thread. At exit, before finalization, the loop threads still run: each
+    epoch stops as ``close()`` would stop it (its workers, pin thread and
+    shared memory released by its own cleanup), all at once, their sync reads
+    waited for at most :data:`EXIT_GRACE` seconds in all and then abandoned.
+    Registered after :mod:`aioload.backends.pool` is imported, so it runs
+    before that module's handler (atexit runs handlers last-in, first-out):
+    the epochs let go of their workers before every pool is stopped, and
+    workers busy in a read are not waited for long (see
+    :func:`~aioload.backends.pool.exit_began`).
+    """
+    exit_began()
+    # A process forked from this one holds copies of these, whose threads are not its own.
+    threads = [thread for thread in list(_live_loop_threads) if thread._pid == os.getpid()]
+    for thread in threads:
+        thread._request(abandon=False)
+    deadline = time.monotonic() + EXIT_GRACE
+    for thread in threads:
+        thread.give_up(max(0.0, deadline - time.monotonic()))
 
 
 class _Interrupter:

@@ -39,6 +39,7 @@ from aioload.main_module import check_script_for_workers
 from aioload.notebook import check_workers_can_import, is_ipython_loop
 from aioload.pin_stage import Pinner
 from aioload.policy import RetryPolicy, SkipLog, SkippedItem
+from aioload.ranks import ranks_for_workers
 from aioload.samplers import GeneratorLike
 from aioload.scheduler import Epoch
 from aioload.stats import LoaderStats, StatsRecorder
@@ -591,6 +592,7 @@ class DataLoader(Generic[T_co]):
             num_workers=self.num_workers,
             policy=self._policy,
             track_stream_state=self._checkpoints.tracks_stream,
+            ranks=ranks_for_workers(),
         )
 
     def state_dict(self) -> dict[str, Any]:

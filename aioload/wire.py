@@ -61,11 +61,15 @@ class Command(enum.IntEnum):
     """What the loader asks of a worker."""
 
     FETCH = 1  # (FETCH, epoch, seq, keys): fetch and collate one batch of keys
-    NEXT = 2  # (NEXT, epoch, seq, resume): the next batch of the worker's stream; resume:
-    # the dataset state to load before the epoch's stream starts (checkpoints), or None
+    NEXT = 2  # (NEXT, epoch, seq): the next batch of the worker's stream
     END_EPOCH = 3  # (END_EPOCH,): stop the current epoch's work
     RECYCLE = 4  # (RECYCLE, recycle, drop): segments the loader no longer uses
     STOP = 5  # (STOP,): exit
+    # (START_EPOCH, epoch, dataset_epochs, resume): sent to each worker before the epoch's
+    # first request; dataset_epochs: what set_epoch gave the loader's dataset
+    # (aioload.dataset_epochs), set on the worker's copy first; resume: the stream state
+    # to load before the epoch's stream starts (checkpoints), or None
+    START_EPOCH = 6
 
 
 class Result(enum.IntEnum):

@@ -418,6 +418,59 @@ def test_other_generators_are_still_refused(torch: Any) -> None:
         RandomSampler(range(4), generator=np.random.RandomState(0))
 
 
+# -- torch ops in workers ----------------------------------------------------------------
+
+# A dataset that convolves in its __init__ (in the parent: torch's intra-op thread pool
+# starts) and in __getitem__ (in forked workers), as in pytorch#53565: a worker forked from
+# the thread that ran the pool (the loader's default start forks from the main thread)
+# inherits a pool whose threads are gone, and its first convolution waits for them forever,
+# unless it runs torch on one thread. In a fresh interpreter, so that the parent's pool is in
+# a known state: four threads, whatever the machine's cores.
+_CONVOLVED = """
+import torch
+from aioload.torch import DataLoader, Dataset
+
+torch.set_num_threads(4)
+
+class Convolved(Dataset):
+    def __init__(self):
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.images = torch.randn(8, 3, 32, 32)
+        with torch.no_grad():
+            self.expected = self.conv(self.images).sum(dim=(1, 2, 3))
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        with torch.no_grad():
+            return self.conv(self.images[i : i + 1]).sum(), torch.get_num_threads()
+
+dataset = Convolved()
+loader = DataLoader(dataset, batch_size=2, num_workers=2)
+batches = list(loader)
+sums = torch.cat([s for s, _ in batches])
+threads = torch.cat([t for _, t in batches]).tolist()
+assert torch.allclose(sums, dataset.expected, rtol=1e-4), (sums, dataset.expected)
+assert threads == [1] * 8, threads
+assert torch.get_num_threads() == 4
+print("ok")
+"""
+
+
+@pytest.mark.timeout(_WORKER_TIMEOUT)
+def test_torch_ops_in_the_parent_and_in_forked_workers_run_one_thread_each(torch: Any) -> None:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CONVOLVED], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the loader hung: a convolution in a forked worker never returned")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
 # -- 3. warnings ------------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from aioload.backends.processes import ProcessBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
 from aioload.backends.start_method import auto_start_method, start_method_context
 from aioload.checkpoint import EpochPlan
+from aioload.dataset_epochs import dataset_epochs
 from aioload.fetch import DatasetProtocol
 from aioload.stats import EpochRecorder
 
@@ -175,6 +176,9 @@ class Backends:
         # A tracked stream: a resumed epoch starts each worker's stream where the
         # checkpoint left it.
         resume_streams, first_worker = plan.worker_streams()
+        # Read now, on the thread that iterates: the epochs set_epoch gave the dataset
+        # before this iter(), which the workers' copies get before the epoch starts.
+        epochs = dataset_epochs(setup.dataset)
         owns_pool = not self._persistent
         iterable = self._protocol.iterable
 
@@ -191,6 +195,7 @@ class Backends:
                 first_worker=first_worker,
                 stats=stats,
                 in_order=in_order,
+                dataset_epochs=epochs,
             )
 
         return make_backend

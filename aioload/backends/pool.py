@@ -50,9 +50,12 @@ from aioload.backends.worker_process import worker_main
 from aioload.transport import SegmentReader
 from aioload.wire import Command, command_frame, result_socket_pair
 
-__all__ = ["WorkerPool", "warm_forkserver"]
+__all__ = ["WorkerPool", "exit_began", "warm_forkserver"]
 
 _STOP_GRACE = 2.0  # seconds a worker gets to exit after STOP before it is terminated
+# The same at interpreter exit, where nothing will receive what a busy worker still reads
+# (torch's workers are terminated at once there).
+_EXIT_STOP_GRACE = 0.25
 _TERMINATE_GRACE = 1.0  # then after SIGTERM, before SIGKILL
 
 
@@ -94,6 +97,15 @@ _finalizer_pid: int | None = None  # the process whose multiprocessing finalizer
 _EXIT_PRIORITY = 20  # before multiprocessing.Pool's (15) and Queue's (10) finalizers
 
 
+def exit_began() -> None:
+    """The interpreter is exiting: dying workers are no longer restarted, and workers
+    that do not stop when asked are terminated sooner (call at exit, before the epochs
+    still running are stopped).
+    """
+    global exiting
+    exiting = True
+
+
 @atexit.register
 def _stop_every_pool() -> None:
     """Stops every worker of this process before multiprocessing's exit handler joins them.
@@ -105,8 +117,7 @@ def _stop_every_pool() -> None:
     multiprocessing child, which skips atexit, the finalizer registered by
     :func:`_stop_at_exit` runs it inside that handler, before its joins.
     """
-    global exiting
-    exiting = True
+    exit_began()
     pid = os.getpid()
     for pool in list(_live_pools):
         if pool.pid == pid:  # a forked child's copies of its parent's pools are not its own
@@ -310,7 +321,7 @@ class WorkerPool:
                 return
             for handle in self.workers:
                 self._ask_to_stop(handle)
-            deadline = time.monotonic() + _STOP_GRACE
+            deadline = time.monotonic() + (_EXIT_STOP_GRACE if exiting else _STOP_GRACE)
             for handle in self.workers:
                 if handle.process is not None:
                     handle.process.join(max(0.0, deadline - time.monotonic()))

@@ -43,6 +43,7 @@ from aioload.backends import pool as pool_module
 from aioload.backends.base import Outcome, OutcomeSink
 from aioload.backends.pool import WorkerPool, _Handle
 from aioload.backends.threads import in_thread
+from aioload.dataset_epochs import DatasetEpochs
 from aioload.errors import WorkerCrashedError
 from aioload.stats import EpochRecorder
 from aioload.wire import (
@@ -81,8 +82,11 @@ class ProcessBackend:
         task_group: the epoch's scope.
         sink: where outcomes go.
         resume_streams: an iterable dataset resumed from a checkpoint: each
-            worker's stream state (None: start afresh), sent with the first
-            request to that worker.
+            worker's stream state (None: start afresh), sent with the epoch's
+            start to that worker.
+        dataset_epochs: what ``set_epoch`` gave the loader's dataset, sent with
+            the epoch's start to every worker (persistent workers keep their
+            copy of the dataset across epochs).
         first_worker: the worker whose turn comes first (resumed epochs).
         stats: the epoch's stats recorder, which counts worker restarts.
         in_order: batches are yielded in order: they go to the workers
@@ -104,8 +108,10 @@ class ProcessBackend:
         first_worker: int = 0,
         stats: EpochRecorder | None = None,
         in_order: bool = True,
+        dataset_epochs: DatasetEpochs = (),
     ) -> None:
         self._stats = stats
+        self._dataset_epochs = dataset_epochs
         self._in_order = in_order
         self._pool = pool
         self._resume_streams = list(resume_streams) if resume_streams is not None else None
@@ -174,6 +180,8 @@ class ProcessBackend:
                 return
         for handle in pool.workers:
             self._attach(handle)
+            resume = None if self._resume_streams is None else self._resume_streams[handle.id]
+            self._start_epoch_in(handle, resume)
         self._ready = True
         # Commands wait in the sockets of workers that are still starting.
         queued, self._queued = self._queued, []
@@ -265,14 +273,17 @@ class ProcessBackend:
         if not handle.backlog:
             self._loop.remove_writer(handle.commands)
 
+    def _start_epoch_in(self, handle: _Handle, resume: Any = None) -> None:
+        """Tells a worker this epoch starts, before any request of it (it waits in the socket
+        of a worker still starting)."""
+        frame = command_frame(Command.START_EPOCH, self._epoch, self._dataset_epochs, resume)
+        self._send(handle, frame)
+
     def _send_batch(self, seq: int, keys: Any) -> None:
         handle = self._choose()
         self._held[handle.id][seq] = keys
         if self._iterable:
-            resume = None
-            if self._resume_streams is not None:  # once per worker: its first request
-                resume, self._resume_streams[handle.id] = self._resume_streams[handle.id], None
-            self._send(handle, command_frame(Command.NEXT, self._epoch, seq, resume))
+            self._send(handle, command_frame(Command.NEXT, self._epoch, seq))
         else:
             self._send(handle, command_frame(Command.FETCH, self._epoch, seq, keys))
 
@@ -383,6 +394,7 @@ class ProcessBackend:
             self._fail(error)
             return
         self._attach(new)
+        self._start_epoch_in(new)  # map-style: no stream to resume
         for seq, batch_keys in sorted(held.items()):
             self._held[new.id][seq] = batch_keys
             self._send(new, command_frame(Command.FETCH, self._epoch, seq, batch_keys))

@@ -48,6 +48,7 @@ from aioload.eager import ItemPool
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
 from aioload.groups import reported
 from aioload.policy import FaultPolicy
+from aioload.ranks import LauncherRanks
 from aioload.row_block import batch_stream_of, rows_for_collate
 from aioload.source_stats import SourceCounts
 
@@ -74,6 +75,11 @@ class WorkerSetup:
         policy: the loader's fault policy (None: torch's behaviour).
         track_stream_state: an iterable dataset with ``state_dict``: take its
             state after each batch (for checkpoints).
+        ranks: the loader process's rank and world size as its launcher set them
+            up (:func:`~aioload.ranks.launcher_ranks`), what a worker answers for
+            them (a worker started by ``spawn`` or a fork server has no
+            ``torch.distributed`` group of its own); None: the worker reads its
+            own environment.
     """
 
     dataset: Any
@@ -86,6 +92,7 @@ class WorkerSetup:
     num_workers: int
     policy: FaultPolicy | None = None
     track_stream_state: bool = False
+    ranks: LauncherRanks | None = None
 
 
 class BatchReader:

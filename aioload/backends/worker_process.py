@@ -3,7 +3,8 @@
 The far side of the process backend (:mod:`aioload.backends.processes`). A
 worker receives its :class:`~aioload.backends.reader.WorkerSetup` (the
 dataset, ``collate_fn``, ``worker_init_fn`` and the batching options) once
-when it starts, seeds its random number generators, calls ``worker_init_fn``
+when it starts, gives torch one thread (as torch's workers do, when torch is
+imported), seeds its random number generators, calls ``worker_init_fn``
 and then serves commands on its own uvloop event loop. It is an inline
 backend on a loop of its own: many fetches are in flight at once (an async
 dataset's items up to ``concurrency``), and each batch's outcome goes back in
@@ -15,8 +16,11 @@ Under a fault policy the worker's reader retries, times out and skips items
 itself; the skipped items and the retry count travel with their batch's
 outcome, so the loader counts every worker's.
 
-Each epoch is a scope of its own in the worker: a command of a new epoch
-cancels whatever the previous one still had in flight. Iterable datasets are
+Each epoch is a scope of its own in the worker, begun by the epoch's
+``START_EPOCH``, which cancels whatever the previous one still had in flight,
+then gives the worker's copy of the dataset the epochs ``set_epoch`` gave the
+loader's (:mod:`aioload.dataset_epochs`: persistent workers keep their copy
+across epochs) and loads a resumed stream's state. Iterable datasets are
 iterated afresh each epoch, batched here, with ``drop_last`` applied per
 worker, as in torch.
 
@@ -66,9 +70,11 @@ from aioload.backends.inline import InlineBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
 from aioload.backends.setup_parcel import SetupParcel, open_setup
 from aioload.collate import collate_into
+from aioload.dataset_epochs import DatasetEpochs, set_dataset_epochs
 from aioload.eventloop import new_event_loop
 from aioload.fetch import inspect_dataset
 from aioload.groups import raise_ungrouped, reported
+from aioload.ranks import set_loader_ranks
 from aioload.transport import Arena, SegmentWriter
 from aioload.wire import (
     FRAME_LENGTH,
@@ -83,6 +89,8 @@ from aioload.worker_info import WorkerInfo, set_process_worker_info
 
 __all__ = ["ORPHAN_GRACE", "seed_generators", "worker_main"]
 
+# A request always follows its epoch's START_EPOCH on the same socket: this is a bug.
+_NOT_STARTED = "worker got a request of epoch {} before that epoch's start"
 ORPHAN_GRACE = 1.0  # seconds a worker whose loader died gets to stop by itself
 _POLL_LOADER = 0.5  # seconds between looks at the loader's pid, where there is no pidfd
 
@@ -96,6 +104,22 @@ def seed_generators(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+
+
+def limit_torch_threads() -> None:
+    """Gives torch (if imported) one intra-op thread in this worker, as torch's workers do.
+
+    N workers each running torch's default thread pool (one thread per core)
+    would oversubscribe the cores N times. And a worker forked from a parent
+    whose pool has run (a torch op in the dataset's ``__init__``) inherits a
+    pool whose threads did not survive the fork: its first multi-threaded op
+    (a convolution) waits for them forever (pytorch#53565). One thread runs
+    every op on the worker's own thread. A ``worker_init_fn`` may raise it
+    again (``torch.set_num_threads``).
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 # glibc mallopt parameters (malloc.h).
@@ -207,6 +231,9 @@ def worker_main(
         setup = open_setup(setup)
         info = WorkerInfo(worker_id, setup.num_workers, seed, setup.dataset, setup.batch_size)
         set_process_worker_info(info)
+        if setup.ranks is not None:
+            set_loader_ranks(setup.ranks)
+        limit_torch_threads()  # after the setup: unpickling the dataset may import torch
         seed_generators(seed)
         if setup.worker_init_fn is not None:
             setup.worker_init_fn(worker_id)
@@ -262,6 +289,7 @@ class _Worker:
         self._epoch = NO_EPOCH
         self._epoch_scope: anyio.CancelScope | None = None
         self._backend: InlineBackend | None = None
+        self._start_error: BaseException | None = None  # why the epoch could not start
         self._loader_gone = False
 
     async def serve(self, watch: _LoaderWatch | None = None) -> None:
@@ -288,18 +316,22 @@ class _Worker:
     async def _dispatch(self, fields: tuple[Any, ...]) -> bool:
         """Carries out one command; False means stop serving."""
         command = fields[0]
-        if command == Command.FETCH or command == Command.NEXT:
+        if command == Command.START_EPOCH:
+            epoch, dataset_epochs, resume = fields[1], fields[2], fields[3]
+            try:
+                await self._start_epoch(epoch, dataset_epochs, resume)
+            except BaseException as error:  # the dataset refused its state, say
+                if not reported(error):
+                    raise
+                self._start_error = error  # the epoch's first request reports it
+        elif command == Command.FETCH or command == Command.NEXT:
             epoch, seq = fields[1], fields[2]
-            if epoch != self._epoch:
-                resume = fields[3] if command == Command.NEXT else None
-                try:
-                    await self._start_epoch(epoch, resume)
-                except BaseException as error:  # the dataset refused its state, say
-                    if not reported(error):
-                        raise
-                    self.send(epoch, Outcome(seq, error=error))
-                    return True
-            if self._backend is None:  # the epoch could not start (reported above)
+            if epoch != self._epoch:  # a request of an epoch that has not started here
+                self.send(epoch, Outcome(seq, error=RuntimeError(_NOT_STARTED.format(epoch))))
+            elif self._start_error is not None:
+                refused, self._start_error = self._start_error, None
+                self.send(epoch, Outcome(seq, error=refused))
+            elif self._backend is None:  # the epoch could not start (reported once)
                 self.send(epoch, Outcome(seq, end=True))
             else:
                 self._backend.submit(seq, fields[3] if command == Command.FETCH else None)
@@ -312,10 +344,19 @@ class _Worker:
             return False
         return True
 
-    async def _start_epoch(self, epoch: int, resume: Any = None) -> None:
-        """Starts ``epoch``; a stream resumed from a checkpoint first loads its state."""
+    async def _start_epoch(
+        self, epoch: int, dataset_epochs: DatasetEpochs = (), resume: Any = None
+    ) -> None:
+        """Starts ``epoch``: the dataset's copy gets the epochs ``set_epoch`` gave the
+        loader's dataset; then a stream resumed from a checkpoint loads its state (whose
+        epoch wins)."""
         self._end_epoch()
         self._epoch = epoch
+        try:
+            set_dataset_epochs(self._setup.dataset, dataset_epochs)
+        except BaseException as error:
+            error.add_note("raised while setting this worker's dataset epoch (set_epoch)")
+            raise
         if resume is not None:
             try:
                 self._setup.dataset.load_state_dict(resume)
@@ -337,7 +378,7 @@ class _Worker:
     def _end_epoch(self) -> None:
         if self._epoch_scope is not None:
             self._epoch_scope.cancel()
-        self._epoch_scope = self._backend = None
+        self._epoch_scope = self._backend = self._start_error = None
         self._epoch = NO_EPOCH
 
     async def _run_epoch(self, epoch: int, *, task_status: anyio.abc.TaskStatus[Any]) -> None:

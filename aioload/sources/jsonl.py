@@ -101,8 +101,10 @@ class JsonLinesDataset(IterableDataset[Any]):
             epoch; see :meth:`set_epoch`).
         shuffle_buffer: samples held in a shuffle buffer (0 or 1: none).
         seed: the seed of the shuffles.
-        rank: this process's rank (default: the ``RANK`` environment variable, else 0).
-        world_size: the number of ranks (default: ``WORLD_SIZE``, else 1).
+        rank: this process's rank (default: ``torch.distributed``'s when it is
+            initialised, else the ``RANK`` environment variable, else 0; see
+            :func:`~aioload.rank_and_world_size`).
+        world_size: the number of ranks (default: likewise, else ``WORLD_SIZE``, else 1).
         files_in_flight: files each worker (or the loader's loop) streams at once, one
             line from each in turn (deterministic). Default: 1.
         cache_dir: a local folder that keeps every file read whole, so that later epochs
@@ -202,7 +204,9 @@ class JsonLinesDataset(IterableDataset[Any]):
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
 
-        Call it before each epoch, in every rank, with the same value.
+        Call it before each epoch, in every rank, with the same value. With
+        worker processes, persistent ones included, the epoch reaches every
+        worker's copy of the dataset when the next epoch starts (``iter(loader)``).
 
         Example::
 

@@ -122,8 +122,8 @@ class MixDataset(IterableDataset[Any]):
 
     The mix is a sync stream (``__iter__``, which the loader reads in a thread) when
     every source is sync, an async one otherwise; ``async for`` works either way. The
-    rank (``RANK``, as :class:`~aioload.DistributedSampler` reads it) is read at
-    construction.
+    rank (``torch.distributed``'s when it is initialised, else ``RANK``, as
+    :class:`~aioload.DistributedSampler` reads it) is read at construction.
 
     Raises:
         ValueError, TypeError: no source, a source that is not an iterable dataset,
@@ -259,8 +259,15 @@ class MixDataset(IterableDataset[Any]):
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the next iteration, here and in every source that has ``set_epoch``.
 
-        The draws depend on it, as the sources' orders may. Worker processes copy the
-        dataset when they start, so persistent workers keep the epoch they started with.
+        The draws depend on it, as the sources' orders may. With worker processes,
+        persistent ones included, the epoch reaches every worker's copy of the mix (and
+        so of its sources) when the next epoch starts (``iter(loader)``).
+
+        Example::
+
+            for epoch in range(10):
+                mix.set_epoch(epoch)
+                for batch in loader: ...
         """
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")

@@ -99,8 +99,10 @@ class IterableParquetDataset(IterableDataset[Any]):
             the epoch; see :meth:`set_epoch`).
         shuffle_buffer: rows held in the shuffle buffer (0 or 1: none).
         seed: the seed of every shuffle.
-        rank: this process's rank (default: ``RANK``, else 0).
-        world_size: the number of ranks (default: ``WORLD_SIZE``, else 1).
+        rank: this process's rank (default: ``torch.distributed``'s when it is
+            initialised, else the ``RANK`` environment variable, else 0; see
+            :func:`~aioload.rank_and_world_size`).
+        world_size: the number of ranks (default: likewise, else ``WORLD_SIZE``, else 1).
         split: ``"rows"`` (the same number of rows on every rank) or ``"row_groups"``
             (whole row groups per rank and worker). Default: ``"rows"`` with
             ``world_size > 1``, else ``"row_groups"``.
@@ -182,7 +184,18 @@ class IterableParquetDataset(IterableDataset[Any]):
         await self.files.load()
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``)."""
+        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
+
+        Call it before each epoch, in every rank, with the same value. With
+        worker processes, persistent ones included, the epoch reaches every
+        worker's copy of the dataset when the next epoch starts (``iter(loader)``).
+
+        Example::
+
+            for epoch in range(10):
+                dataset.set_epoch(epoch)
+                for batch in loader: ...
+        """
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
         self.epoch = epoch

@@ -16,8 +16,9 @@ and worker, so that the split below is a partition) — and then split in one of
   (:meth:`ShardDataset.load_indexes`). ``len(dataset)`` is the samples per rank, and
   ``len(loader)`` is true and the same on every rank whatever ``num_workers``.
 - ``"shards"`` (the default with one rank): rank ``r`` of ``world_size`` takes shards
-  ``r, r + world_size, ...`` (``RANK``/``WORLD_SIZE`` from the environment by default, as
-  torchrun sets them) and worker ``w`` of ``num_workers`` every ``num_workers``-th shard
+  ``r, r + world_size, ...`` (by default from ``torch.distributed`` when it is
+  initialised, else ``RANK``/``WORLD_SIZE`` from the environment, as torchrun sets them)
+  and worker ``w`` of ``num_workers`` every ``num_workers``-th shard
   of its rank's share (:func:`~aioload.get_worker_info`; the loader's own loop takes them
   all with ``num_workers=0``). No index is needed; ranks and workers get what their
   shards hold (a rank or worker left without a shard yields nothing), and the dataset has
@@ -202,9 +203,10 @@ class ShardDataset(IterableDataset[Any]):
         shuffle_buffer: samples held in a shuffle buffer (0 or 1: none).
         seed: the seed of every shuffle and of ``resampled``.
         resampled: draw shards at random with replacement, endlessly.
-        rank: this process's rank (default: the ``RANK`` environment variable,
-            else 0).
-        world_size: the number of ranks (default: ``WORLD_SIZE``, else 1).
+        rank: this process's rank (default: ``torch.distributed``'s when it is
+            initialised, else the ``RANK`` environment variable, else 0; see
+            :func:`~aioload.rank_and_world_size`).
+        world_size: the number of ranks (default: likewise, else ``WORLD_SIZE``, else 1).
         shards_in_flight: shards each worker (or the loader's loop) streams at
             once, taking one sample from each in turn (see
             :mod:`aioload.sources.interleave`): a shard waits a round trip for
@@ -338,9 +340,15 @@ class ShardDataset(IterableDataset[Any]):
         """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
 
         Call it before each epoch, in every rank, with the same value; without
-        it every epoch has the order of epoch 0. Worker processes copy the
-        dataset when they start, so persistent workers keep the epoch they
-        started with.
+        it every epoch has the order of epoch 0. With worker processes,
+        persistent ones included, the epoch reaches every worker's copy of the
+        dataset when the next epoch starts (``iter(loader)``).
+
+        Example::
+
+            for epoch in range(10):
+                dataset.set_epoch(epoch)
+                for batch in loader: ...
         """
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")

@@ -1,17 +1,19 @@
 """A script's ``__main__`` as the workers see it: its guard, and the names it defines.
 
-The fork server and ``spawn`` start a worker by running the main script
+``spawn`` and the fork server start a worker by running the main script
 again (as ``__mp_main__``) before they unpickle the dataset, so that what the
 script defines can be found by name. A script without an ``if __name__ ==
 "__main__":`` guard then iterates its loader again inside every worker, and
 multiprocessing fails there with its bootstrapping error, once per worker.
 torch users on Linux never needed the guard, because their workers fork; so
-does aioload, wherever that is safe (:mod:`aioload.backends.start_method`).
-Where it is not, or where the user chose ``spawn`` or ``forkserver``,
-:func:`check_script_for_workers` refuses such a script in the loader's own
-process, before any worker starts, with one error naming the fix. It refuses
-too what the workers could not find: a class or function the script defines
-only under its guard (the workers' run of the script skips that block).
+do aioload's (the rule: :mod:`aioload.backends.start_method`). Where they
+would not — the user chose ``spawn`` or ``forkserver``, Python's default is
+``forkserver``, or a runtime that a fork does not survive left only the fork
+server — :func:`check_script_for_workers` refuses such a script in the
+loader's own process, before any worker starts, with one error naming the
+fix. It refuses too what the workers could not find: a class or function the
+script defines only under its guard (the workers' run of the script skips that
+block).
 
 :func:`main_defined` is the walk both this check and the notebook check
 (:mod:`aioload.notebook`) make over what the workers receive.
@@ -28,7 +30,7 @@ import threading
 import types
 from collections.abc import Iterator, Mapping
 
-from aioload.backends.start_method import threads_in_the_way
+from aioload.backends.start_method import runs_main, runtimes_in_the_way
 
 __all__ = ["check_script_for_workers", "main_defined"]
 
@@ -90,9 +92,9 @@ def check_script_for_workers(
     """Refuses a script that workers started with ``start_method`` would fail to run.
 
     Only start methods that run the main script again in every worker are
-    concerned (not ``fork``), and only a main module run from a file.
-    ``chosen``: aioload chose the method, because forking was not safe (the
-    message then names the threads that made it so).
+    concerned (``spawn``, ``forkserver``), and only a main module run from a
+    file. ``chosen``: aioload chose the method, because a runtime that a fork
+    does not survive runs in the process (the message then names it).
 
     Raises:
         RuntimeError: the loader is iterated from the script's top level
@@ -105,7 +107,7 @@ def check_script_for_workers(
 
         check_script_for_workers({"dataset": dataset}, "forkserver")
     """
-    if start_method == "fork":
+    if not runs_main(start_method):
         return
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -152,16 +154,14 @@ def _run_again(main: types.ModuleType, path: str) -> bool:
 
 def _fork_hint(chosen: bool) -> str:
     if chosen:
+        names = ", ".join(repr(name) for name in runtimes_in_the_way()[:5]) or "none"
         return (
-            " (aioload forks its workers only while no other thread runs: threads "
-            f"{_thread_names()} run now; multiprocessing_context='fork' forks anyway)."
+            f" (aioload does not fork workers from a process where {names} runs: a forked "
+            "worker would hang; nor from its fork template, which is made with the first "
+            "DataLoader that has workers, here after that runtime started: make the "
+            "DataLoader before the script's first object-store request)."
         )
     return ", or pass multiprocessing_context='fork'."
-
-
-def _thread_names() -> str:
-    names = list(dict.fromkeys(threads_in_the_way()))
-    return ", ".join(repr(name) for name in names[:5]) or "none"
 
 
 def _unguarded_line(main: types.ModuleType, script: _Script) -> int | None:

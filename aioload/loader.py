@@ -498,17 +498,17 @@ class DataLoader(Generic[T_co]):
 
     def _check_workers_can_start(self) -> None:
         """Refuses, before a worker starts, what workers would fail to import or run."""
-        start = self._backends.start_now(self.multiprocessing_context)
-        if start is None:
-            return
         objects = {
             "dataset": self.dataset,
             "collate_fn": self.collate_fn,
             "worker_init_fn": self.worker_init_fn,
             "policy": self._policy,
         }
+        start = self._backends.start_now(self.multiprocessing_context, objects)
+        if start is None:
+            return
         check_workers_can_import(objects, start.method)
-        check_script_for_workers(objects, start.method, chosen=start.fallback)
+        check_script_for_workers(objects, start.method, in_the_way=start.in_the_way)
 
     def _warn_if_tensors_cannot_pin(self) -> None:
         # Called by __iter__/__aiter__: the warning points at the line that iterates.

@@ -29,8 +29,7 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from aioload.backends.start_method import runs_main
-from aioload.main_module import main_defined
+from aioload.main_module import main_defined, runs_main
 
 __all__ = ["check_workers_can_import", "is_ipython_loop"]
 

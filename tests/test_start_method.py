@@ -560,6 +560,13 @@ def test_named_native_threads_stand_in_the_way(monkeypatch: pytest.MonkeyPatch) 
     assert worker_start(multiprocessing.get_context("fork")).method == "fork"
 
 
+def test_other_named_native_threads_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    # libzmq's, in every Jupyter kernel: torch forks from there, and so does aioload.
+    monkeypatch.setattr(start_method, "named_native_threads", lambda: ["ZMQbg/IO/0"])
+    assert start_method.runtimes_in_the_way() == []
+    assert worker_start(None).method == "fork"
+
+
 class _FakeTorch(types.ModuleType):
     """What the rule reads of torch: its build's CUDA version, and whether CUDA is initialised."""
 
@@ -633,13 +640,36 @@ def test_a_template_is_stale_once_a_class_of_the_script_is_defined_again(
     main = sys.modules["__main__"]
     monkeypatch.setattr(main, "Transform", type("Transform", (), {}), raising=False)
     template = fork_template.replace()
-    assert template.fresh()
-    monkeypatch.setattr(main, "added_since", lambda: None, raising=False)
-    assert template.fresh()  # a name the template lacks fails loudly where it is needed
+    assert template.fresh() and template.complete()
     monkeypatch.setattr(main, "Transform", type("Transform", (), {}))  # a cell run again
     assert not template.fresh()
     monkeypatch.setattr(start_method, "runtimes_in_the_way", lambda: ["tokio-rt-worker"])
     assert worker_start(None).method == "forkserver"  # a stale template is not used
+
+
+def test_a_template_serves_only_what_it_can_find_in_main(
+    monkeypatch: pytest.MonkeyPatch, own_template: None
+) -> None:
+    main = sys.modules["__main__"]
+    old = type("Old", (), {"__module__": "__main__"})
+    monkeypatch.setattr(main, "Old", old, raising=False)
+    template = fork_template.replace()
+    new = type("New", (), {"__module__": "__main__"})
+    monkeypatch.setattr(main, "New", new, raising=False)  # defined after the template's fork
+    assert template.fresh() and not template.complete()
+    monkeypatch.setattr(start_method, "runtimes_in_the_way", lambda: ["tokio-rt-worker"])
+    assert worker_start(None, {"dataset": old()}).method == "template"
+    # Its workers could not unpickle a New: the fork server it is (with its guard check).
+    start = worker_start(None, {"dataset": old(), "collate_fn": new})
+    assert start.method == "forkserver" and start.fallback
+    # While forking is still safe, a template that lacks a name is forked again.
+    monkeypatch.setattr(start_method, "runtimes_in_the_way", lambda: [])
+    monkeypatch.setattr(start_method, "runtime_may_start", lambda: True)
+    start_method.keep_template_ready(None)
+    again = fork_template.current()
+    assert again is not None and again is not template and again.complete()
+    template._process.join(5)
+    assert template._process.exitcode is not None  # the old one retired (no workers left)
 
 
 @pytest.mark.timeout(120)

@@ -22,6 +22,7 @@ import itertools
 import threading
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import anyio.abc
@@ -99,19 +100,22 @@ class Backends:
         if start is not None and start.method == "forkserver":
             warm_forkserver(start.context)
 
-    def start_now(self, multiprocessing_context: Any) -> WorkerStart | None:
+    def start_now(
+        self, multiprocessing_context: Any, objects: Mapping[str, object] | None = None
+    ) -> WorkerStart | None:
         """How worker processes would start if an epoch began now; None: none would.
 
         ``multiprocessing_context``: the loader's; left unset, the rule of
-        :mod:`aioload.backends.start_method`. None for an inline or executor
-        backend, or persistent workers that are running.
+        :mod:`aioload.backends.start_method`. ``objects``: what the workers
+        receive, by name. None for an inline or executor backend, or
+        persistent workers that are running.
         """
         if self._num_workers == 0 or self._executor is not None:
             return None
         with self._pool_lock:
             if self._persistent and self._pool is not None and not self._pool.closed:
                 return None
-        return worker_start(start_method_context(multiprocessing_context))
+        return worker_start(start_method_context(multiprocessing_context), objects)
 
     def for_epoch(
         self,

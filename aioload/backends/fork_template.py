@@ -65,6 +65,7 @@ import threading
 import time
 import traceback
 import types
+from collections.abc import Iterable
 from multiprocessing import popen_fork, reduction, util
 from typing import Any, NoReturn
 
@@ -264,6 +265,17 @@ class ForkTemplate:
         """
         now = _main_snapshot()
         return all(now.get(name) is value for name, value in self._main.items())
+
+    def complete(self) -> bool:
+        """Fresh, and ``__main__`` binds no class, function or module the template lacks."""
+        now = _main_snapshot()
+        return now.keys() == self._main.keys() and self.fresh()
+
+    def has(self, names: Iterable[str]) -> bool:
+        """Whether ``__main__`` bound each of ``names`` to its present object at the fork."""
+        main = sys.modules.get("__main__")
+        present = vars(main) if main is not None else {}
+        return all(name in self._main and present.get(name) is self._main[name] for name in names)
 
     def context(self) -> TemplateContext:
         """The ``multiprocessing`` context that starts processes from this template."""

@@ -205,7 +205,7 @@ class WorkerPool:
         waiting = [handle for handle in self.workers if not handle.started]
         if self.closed or not waiting:
             return False
-        start = worker_start(self._context)
+        start = worker_start(self._context, self._objects())
         if start.method != "fork":
             return False
         self.start(waiting, start)
@@ -225,10 +225,10 @@ class WorkerPool:
         with self._lock:
             if self.closed:
                 raise RuntimeError("the DataLoader's worker pool is closed")
-            start = start or worker_start(self._context)
+            start = start or worker_start(self._context, self._objects())
             if start.fallback:
                 # A restart may come here where its epoch's first workers were forked.
-                check_script_for_workers(self._objects(), start.method, chosen=True)
+                check_script_for_workers(self._objects(), start.method, in_the_way=start.in_the_way)
             context = start.context
             warm_forkserver(context)
             setup: WorkerSetup | SetupParcel = self._setup

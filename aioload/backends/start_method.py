@@ -19,7 +19,9 @@ applies the rule each time workers start (a restart included):
    and the script needs no guard. Except where a native runtime that does not
    survive a fork runs in the process (:func:`runtimes_in_the_way`): obstore's
    tokio threads (a worker forked after the parent's first request hangs at
-   its own) or CUDA initialised by torch. Then:
+   its own) or CUDA initialised by torch. (Other native threads, libzmq's in a
+   Jupyter kernel, serve libraries a worker does not call, as under torch.)
+   Then:
 
    - they are forked from aioload's **fork template**
      (:mod:`aioload.backends.fork_template`), a process forked from this one
@@ -60,8 +62,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from aioload.backends import fork_template
+from aioload.main_module import main_names, runs_main
 
 __all__ = [
     "CUDA",
@@ -72,7 +76,6 @@ __all__ = [
     "keep_template_ready",
     "named_native_threads",
     "other_threads",
-    "runs_main",
     "runtime_may_start",
     "runtimes_in_the_way",
     "start_method_context",
@@ -151,10 +154,19 @@ def cuda_initialised() -> bool:
     return bool(is_initialized()) if callable(is_initialized) else False
 
 
+# The native runtimes whose threads a forked child cannot do without: tokio's (obstore's
+# ``tokio-rt-worker``; tokio's own default name, truncated to 15 bytes, ``tokio-runtime-w``).
+# Other named threads (libzmq's ``ZMQbg/IO/0`` in a Jupyter kernel) serve libraries that a
+# worker does not call, as under torch.
+_HANGS_A_FORK = ("tokio-",)
+
+
 def runtimes_in_the_way() -> list[str]:
-    """What runs in this process that a forked worker could not use: named native threads
-    (see :func:`named_native_threads`) and :data:`CUDA` once torch has initialised it."""
-    found = list(dict.fromkeys(named_native_threads()))
+    """What runs in this process that a forked worker could not use: the named threads of a
+    runtime known to hang a forked child (tokio's, see :func:`named_native_threads`), and
+    :data:`CUDA` once torch has initialised it."""
+    named = named_native_threads()
+    found = list(dict.fromkeys(name for name in named if name.startswith(_HANGS_A_FORK)))
     if cuda_initialised():
         found.append(CUDA)
     return found
@@ -185,11 +197,6 @@ def fallback_context() -> multiprocessing.context.BaseContext:
     """Where no fork will do: the fork server (``spawn`` without one)."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
-def runs_main(method: str) -> bool:
-    """Whether workers started with ``method`` run the main script again."""
-    return method in ("spawn", "forkserver")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,8 +237,13 @@ class WorkerStart:
 
 def worker_start(
     chosen: multiprocessing.context.BaseContext | None,
+    objects: Mapping[str, object] | None = None,
 ) -> WorkerStart:
-    """How workers started now start: ``chosen`` (the loader's context) or the rule's choice."""
+    """How workers started now start: ``chosen`` (the loader's context) or the rule's choice.
+
+    ``objects``: what the workers receive (``{"dataset": ..., "collate_fn": ...}``); the fork
+    template serves them only if it holds every class and function of ``__main__`` they name.
+    """
     if chosen is not None:
         return WorkerStart(chosen.get_start_method(), chosen)
     method = default_start_method()
@@ -242,7 +254,8 @@ def worker_start(
     if not in_the_way:
         return WorkerStart("fork", context)
     template = fork_template.current()
-    if template is not None and template.fresh():
+    needed = main_names(objects) if objects is not None else set()
+    if template is not None and template.fresh() and template.has(needed):
         return WorkerStart("template", template.context(), in_the_way)
     if in_the_way == (CUDA,):
         return WorkerStart("fork", context, in_the_way)  # as torch
@@ -255,16 +268,20 @@ def keep_template_ready(chosen: multiprocessing.context.BaseContext | None) -> N
 
     Only for the default ``fork`` on Linux, in a process that has loaded a
     library that may start a runtime in the way (:func:`runtime_may_start`),
-    while none runs yet; a template already there and fresh is kept. Costs a
-    fork (a few milliseconds) once per process, or again after the script's
-    classes or functions changed (a notebook cell run again).
+    while none runs yet, and not in a daemonic process (a worker: it may not
+    have children). A template already there is kept while it holds what
+    ``__main__`` holds now (see :meth:`~aioload.backends.fork_template.ForkTemplate.complete`).
+    Costs a fork (a few milliseconds) once per process, or again after the
+    script defined or rebound classes or functions (a notebook cell run since).
     """
     if chosen is not None or sys.platform != "linux" or default_start_method() != "fork":
+        return
+    if multiprocessing.current_process().daemon:
         return
     if not runtime_may_start() or runtimes_in_the_way():
         return
     template = fork_template.current()
-    if template is None or not template.fresh():
+    if template is None or not template.complete():
         fork_template.replace()
 
 

@@ -150,6 +150,13 @@ if __name__ == "__main__":
     )
     if how == "template":
         obstore.put(MemoryStore(), "x", b"x")
+        # Its threads name themselves as they start: wait until they have.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            open(f"/proc/self/task/{task}/comm").read().startswith("tokio")
+            for task in os.listdir("/proc/self/task")
+        ):
+            time.sleep(0.01)
     iterator = iter(loader)
     next(iterator)
     time.sleep(0.5)  # busy: each worker is inside a 60 s read; else: all read, waiting

@@ -32,7 +32,8 @@ applies the rule each time workers start (a restart included):
      again; the setup reaches the workers pickled (as under ``forkserver``,
      large arrays in one shared segment);
    - without a template that is fresh (the script's classes and functions are
-     those it was forked with): CUDA alone still forks from the loader's
+     those it was forked with) and holds every class and function of
+     ``__main__`` the workers name: CUDA alone still forks from the loader's
      process, as torch does (a forked worker must not use CUDA, as under
      torch); obstore's threads send the workers to the fork server (``spawn``
      where there is none), with rule 1's guard. That is the case of a script

@@ -372,7 +372,7 @@ class _LoopThread:
         if not self._ended.wait(timeout):
             return False
         self._thread.join()  # past its last line: returns at once
-        wait_until_gone(self._thread)  # so that the next epoch may fork (no thread left)
+        wait_until_gone(self._thread)  # the next epoch forks with no thread of ours left
         return True
 
     def give_up(self, grace: float) -> None:

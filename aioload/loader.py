@@ -117,14 +117,14 @@ class DataLoader(Generic[T_co]):
             global state and torch if imported, with ``base_seed + id``, where
             ``base_seed`` is drawn from ``generator`` every epoch).
         multiprocessing_context: ``'fork'``, ``'spawn'``, ``'forkserver'`` or a
-            context object. Left unset (None), aioload forks the workers, as
-            torch does on Linux, when the thread starting them is the process's
-            only Python thread (the workers inherit the dataset; a script needs
-            no ``__main__`` guard), and starts them from a fork server otherwise:
-            a fork copies another thread's held locks, locked, into the worker.
-            Not forked, the dataset, ``collate_fn`` and ``worker_init_fn`` must
-            be picklable and the script guarded (see
-            :mod:`aioload.backends.start_method`).
+            context object. Left unset (None), as in torch, multiprocessing's
+            default context (``set_start_method`` honoured): ``fork`` on Linux
+            up to Python 3.13, whatever Python threads run (the workers inherit
+            the dataset; a script needs no ``__main__`` guard). Where obstore's
+            or CUDA's runtime runs in the process, a fork of it would not work:
+            workers then come from aioload's fork template, forked before that
+            runtime started. The rule, and when the dataset must be picklable
+            and the script guarded: :mod:`aioload.backends.start_method`.
         generator: what the epoch's base seed and the shuffle (``shuffle=True``)
             are drawn from: a ``numpy.random.Generator``, an int seed, or a
             ``torch.Generator`` (torch's own draw of the base seed from it every
@@ -499,17 +499,17 @@ class DataLoader(Generic[T_co]):
 
     def _check_workers_can_start(self) -> None:
         """Refuses, before a worker starts, what workers would fail to import or run."""
-        method = self._backends.start_method_now(self.multiprocessing_context)
-        if method is None:
-            return
         objects = {
             "dataset": self.dataset,
             "collate_fn": self.collate_fn,
             "worker_init_fn": self.worker_init_fn,
             "policy": self._policy,
         }
-        check_workers_can_import(objects, method)
-        check_script_for_workers(objects, method, chosen=self.multiprocessing_context is None)
+        start = self._backends.start_now(self.multiprocessing_context, objects)
+        if start is None:
+            return
+        check_workers_can_import(objects, start.method)
+        check_script_for_workers(objects, start.method, in_the_way=start.in_the_way)
 
     def _warn_if_tensors_cannot_pin(self) -> None:
         # Called by __iter__/__aiter__: the warning points at the line that iterates.

@@ -1,17 +1,19 @@
 """A script's ``__main__`` as the workers see it: its guard, and the names it defines.
 
-The fork server and ``spawn`` start a worker by running the main script
+``spawn`` and the fork server start a worker by running the main script
 again (as ``__mp_main__``) before they unpickle the dataset, so that what the
 script defines can be found by name. A script without an ``if __name__ ==
 "__main__":`` guard then iterates its loader again inside every worker, and
 multiprocessing fails there with its bootstrapping error, once per worker.
 torch users on Linux never needed the guard, because their workers fork; so
-does aioload, wherever that is safe (:mod:`aioload.backends.start_method`).
-Where it is not, or where the user chose ``spawn`` or ``forkserver``,
-:func:`check_script_for_workers` refuses such a script in the loader's own
-process, before any worker starts, with one error naming the fix. It refuses
-too what the workers could not find: a class or function the script defines
-only under its guard (the workers' run of the script skips that block).
+do aioload's (the rule: :mod:`aioload.backends.start_method`). Where they
+would not — the user chose ``spawn`` or ``forkserver``, Python's default is
+``forkserver``, or a runtime that a fork does not survive left only the fork
+server — :func:`check_script_for_workers` refuses such a script in the
+loader's own process, before any worker starts, with one error naming the
+fix. It refuses too what the workers could not find: a class or function the
+script defines only under its guard (the workers' run of the script skips that
+block).
 
 :func:`main_defined` is the walk both this check and the notebook check
 (:mod:`aioload.notebook`) make over what the workers receive.
@@ -26,11 +28,9 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
-from aioload.backends.start_method import threads_in_the_way
-
-__all__ = ["check_script_for_workers", "main_defined"]
+__all__ = ["check_script_for_workers", "main_defined", "main_names", "runs_main"]
 
 _WALK_DEPTH = 3  # how deep into the objects' attributes and containers the walk looks
 _WALK_LIMIT = 1000  # and how many objects it looks at, at most
@@ -84,15 +84,46 @@ def _walk(obj: object, path: str, depth: int, seen: set[int]) -> Iterator[tuple[
         yield from _walk(value, part_path, depth + 1, seen)
 
 
+def runs_main(start_method: str) -> bool:
+    """Whether workers started with ``start_method`` run the main script again.
+
+    Example::
+
+        >>> runs_main("forkserver"), runs_main("fork")
+        (True, False)
+    """
+    return start_method in ("spawn", "forkserver")
+
+
+def main_names(objects: Mapping[str, object]) -> set[str]:
+    """The top-level names of ``__main__`` by which ``objects`` pickle what they hold of it.
+
+    A class or function is pickled by its module and qualified name; an
+    instance, by its class's. ``Outer.Inner`` is found through ``Outer``.
+
+    Example::
+
+        >>> main_names({"dataset": [1, 2]})
+        set()
+    """
+    names = set()
+    for _, obj in main_defined(objects):
+        named = obj if isinstance(obj, type | types.FunctionType) else type(obj)
+        name = getattr(named, "__qualname__", "").partition(".")[0]
+        if name:
+            names.add(name)
+    return names
+
+
 def check_script_for_workers(
-    objects: Mapping[str, object], start_method: str, *, chosen: bool = False
+    objects: Mapping[str, object], start_method: str, *, in_the_way: Sequence[str] = ()
 ) -> None:
     """Refuses a script that workers started with ``start_method`` would fail to run.
 
     Only start methods that run the main script again in every worker are
-    concerned (not ``fork``), and only a main module run from a file.
-    ``chosen``: aioload chose the method, because forking was not safe (the
-    message then names the threads that made it so).
+    concerned (``spawn``, ``forkserver``), and only a main module run from a
+    file. ``in_the_way``: aioload chose the method, because these runtimes,
+    which a fork does not survive, run in the process (the message names them).
 
     Raises:
         RuntimeError: the loader is iterated from the script's top level
@@ -105,7 +136,7 @@ def check_script_for_workers(
 
         check_script_for_workers({"dataset": dataset}, "forkserver")
     """
-    if start_method == "fork":
+    if not runs_main(start_method):
         return
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -122,7 +153,7 @@ def check_script_for_workers(
             f'{line}) without an `if __name__ == "__main__":` guard, and its workers start '
             f"with {start_method!r}, which runs the script again in every worker: each "
             f"would iterate the loader again. Put the script's work under "
-            f'`if __name__ == "__main__":`{_fork_hint(chosen)}'
+            f'`if __name__ == "__main__":`{_fork_hint(in_the_way)}'
         )
     for where, obj in main_defined(objects):
         named = obj if isinstance(obj, type | types.FunctionType) else type(obj)
@@ -133,7 +164,7 @@ def check_script_for_workers(
                 f'defines {name} only under its `if __name__ == "__main__":` guard, and '
                 f"workers started with {start_method!r} run the script without that block, "
                 f"so they cannot find it. Define {name} at the top level of the script (above "
-                f"the guard) or in a module{_fork_hint(chosen)}"
+                f"the guard) or in a module{_fork_hint(in_the_way)}"
             )
 
 
@@ -150,18 +181,16 @@ def _run_again(main: types.ModuleType, path: str) -> bool:
     return os.path.splitext(os.path.basename(path))[0] != "__main__"
 
 
-def _fork_hint(chosen: bool) -> str:
-    if chosen:
+def _fork_hint(in_the_way: Sequence[str]) -> str:
+    if in_the_way:
+        names = ", ".join(repr(name) for name in in_the_way[:5])
         return (
-            " (aioload forks its workers only while no other thread runs: threads "
-            f"{_thread_names()} run now; multiprocessing_context='fork' forks anyway)."
+            f" (aioload does not fork workers from a process where {names} runs: a forked "
+            "worker would hang; nor from its fork template, which is made with the first "
+            "DataLoader that has workers, here after that runtime started: make the "
+            "DataLoader before the script's first object-store request)."
         )
     return ", or pass multiprocessing_context='fork'."
-
-
-def _thread_names() -> str:
-    names = list(dict.fromkeys(threads_in_the_way()))
-    return ", ".join(repr(name) for name in names[:5]) or "none"
 
 
 def _unguarded_line(main: types.ModuleType, script: _Script) -> int | None:

@@ -8,11 +8,13 @@ that loop for the length of a cell is what a notebook user wants from
 other running loop would stall everything else it serves. So the sync facade
 accepts exactly these loops, and refuses the rest.
 
-Workers are the other thing a notebook changes: a class or function defined in
-a cell lives in ``__main__``, which pickles it by name, and a worker started
-with ``forkserver`` or ``spawn`` has no such name (an interactive ``__main__``
-has no file to run again). :func:`check_workers_can_import` says so before
-any worker starts, naming the object and the ways out.
+Workers are the other thing a notebook may change: a class or function defined
+in a cell lives in ``__main__``, which pickles it by name. Forked workers (the
+default on Linux, as in torch, kernel threads or not) and those of the fork
+template inherit it; a worker started with ``forkserver`` or ``spawn`` has no
+such name (an interactive ``__main__`` has no file to run again).
+:func:`check_workers_can_import` says so before any worker starts, naming the
+object and the ways out.
 
 A leaf module: it never imports IPython or ipykernel, it only looks at the
 modules this process has already imported, so it costs a few dictionary
@@ -27,7 +29,7 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from aioload.main_module import main_defined
+from aioload.main_module import main_defined, runs_main
 
 __all__ = ["check_workers_can_import", "is_ipython_loop"]
 
@@ -84,9 +86,10 @@ def check_workers_can_import(objects: Mapping[str, object], start_method: str) -
 
     ``objects`` maps a name (``"dataset"``) to what the workers receive, which
     start with ``start_method``. Only an interactive ``__main__`` (a notebook
-    or a REPL: no file to run again in the worker) and a start method other
-    than ``fork`` are concerned; the check then looks a few levels into the
-    objects' attributes and containers (:func:`aioload.main_module.main_defined`).
+    or a REPL: no file to run again in the worker) and a start method that
+    runs the main script again (``spawn``, ``forkserver``) are concerned; the
+    check then looks a few levels into the objects' attributes and containers
+    (:func:`aioload.main_module.main_defined`).
 
     Raises:
         pickle.PicklingError: naming the object defined in ``__main__`` and the
@@ -100,7 +103,7 @@ def check_workers_can_import(objects: Mapping[str, object], start_method: str) -
     main = sys.modules.get("__main__")
     if main is None or getattr(main, "__file__", None) or getattr(main, "__spec__", None):
         return
-    if start_method == "fork":
+    if not runs_main(start_method):
         return
     for path, culprit in main_defined(objects):
         named = culprit if isinstance(culprit, type) or callable(culprit) else type(culprit)

@@ -65,6 +65,11 @@ def _is_resource_tracker(pid: int) -> bool:
         return False
 
 
+def _parent(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2 :].split()[1])
+
+
 def _kill(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -137,9 +142,21 @@ class Slow:
 
 if __name__ == "__main__":
     how = sys.argv[1]
+    if how == "template":  # obstore's runtime starts after the loader: the fork template
+        import obstore
+        from obstore.store import MemoryStore
     loader = DataLoader(
         Slow(60 if how == "busy" else 0), batch_size=2, num_workers=2, persistent_workers=True
     )
+    if how == "template":
+        obstore.put(MemoryStore(), "x", b"x")
+        # Its threads name themselves as they start: wait until they have.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            open(f"/proc/self/task/{task}/comm").read().startswith("tokio")
+            for task in os.listdir("/proc/self/task")
+        ):
+            time.sleep(0.01)
     iterator = iter(loader)
     next(iterator)
     time.sleep(0.5)  # busy: each worker is inside a 60 s read; else: all read, waiting
@@ -158,8 +175,9 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how", ["idle", "busy", "socket-held"])
+@pytest.mark.parametrize("how", ["idle", "busy", "socket-held", "template"])
 def test_a_process_killed_with_sigkill_leaves_no_worker(tmp_path: Path, how: str) -> None:
+    if how == "template":
     script = tmp_path / "killed.py"
     script.write_text(textwrap.dedent(_SCRIPT))
     mark = uuid.uuid4().hex
@@ -172,13 +190,16 @@ def test_a_process_killed_with_sigkill_leaves_no_worker(tmp_path: Path, how: str
         assert process.stdout is not None
         *workers, holder = map(int, process.stdout.readline().split())
         assert len(workers) == 2 and all(running(pid) for pid in workers)
+        if how == "template":  # started by the template, not by the killed process
+            assert all(_parent(pid) != process.pid for pid in workers)
         process.kill()
         process.wait()
         assert wait_until(lambda: not any(running(pid) for pid in workers), GONE_WITHIN), (
             f"workers left after SIGKILL: {[pid for pid in workers if running(pid)]}"
         )
-        # Nothing else of the killed process stays either (its fork server, say), but
-        # the holder and multiprocessing's resource tracker, whose pipe the holder holds.
+        # Nothing else of the killed process stays either (its fork server or its fork
+        # template, say), but the holder and multiprocessing's resource tracker, whose pipe
+        # the holder holds.
         allowed = {holder, *(pid for pid in _marked(mark) if _is_resource_tracker(pid) and holder)}
         assert wait_until(lambda: set(_marked(mark)) <= allowed, GONE_WITHIN), _marked(mark)
     finally:

@@ -11,13 +11,15 @@ closed or collected.
 
 The autouse fixture checks, after every test, what the test may have left
 without seeing it: a process descending from this one (other than the fork
-server and the resource tracker, which live as long as this process), a new
+server, the fork template and the resource tracker, which live as long as this
+process; their children count), a new
 entry in ``/dev/shm`` (POSIX shared memory and semaphores), a shared-memory
 segment still mapped here (segments are ``memfd`` files, which never appear in
 ``/dev/shm``), a new socket, pipe, memfd or event-loop descriptor, or one of
 aioload's per-epoch objects (an epoch, its backend, a worker pool) still alive.
 
-Datasets live at module level: workers start with ``forkserver``, which pickles them.
+Datasets live at module level: workers that start from the fork server or the fork
+template receive them pickled.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import pytest
 import aioload
 from aioload import DataLoader, WorkerCrashedError
 from aioload.backends.pool import warm_forkserver
+from aioload.backends import fork_template
 from tests.conftest import wait_until
 
 GONE_WITHIN = 5.0  # seconds: the issue's bound for every route
@@ -257,12 +260,14 @@ _HELPERS = (b"multiprocessing.forkserver import main", b"multiprocessing.resourc
 
 
 def _is_helper(pid: int) -> bool:
-    """The fork server or the resource tracker: they live as long as this process."""
+    """The fork server, the fork template or the resource tracker: they live as long as
+    this process (the template is a fork of it, known by its name)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
-    return any(helper in cmdline for helper in _HELPERS)
+    return any(helper in cmdline for helper in _HELPERS) or name == "aioload-templat"
 
 
 def descendants() -> set[Proc]:
@@ -355,16 +360,29 @@ class Resources:
 
 @pytest.fixture(scope="module", autouse=True)
 def fork_server_running() -> None:
-    """Starts the fork server and resource tracker first: they are not an iteration's leftovers.
+    """Starts the fork server, the resource tracker and a fork template first: they are not an
+    iteration's leftovers.
 
-    Both live as long as this process, and each holds a pipe here: started by the first
+    They live as long as this process, and each holds a pipe here: started by the first
     test that needs one (``spawn`` starts the tracker, ``forkserver`` both), they would count
-    as that test's leak. Whatever start method the loader's default picks, both run before
+    as that test's leak. Whatever start method the loader's default picks, all run before
     any test takes its baseline, so the file passes alone and in any order.
     """
     resource_tracker.ensure_running()
     warm_forkserver(multiprocessing.get_context("forkserver"))
     assert len(list(DataLoader(Pids(2), num_workers=1))) == 2
+    if fork_template.current() is None:
+        fork_template.replace()
+
+
+def context_of(method: str | None) -> Any:
+    """The ``multiprocessing_context`` a test's ``method`` names (``"template"``: the fork
+    template's, as the rule picks it where a runtime that a fork does not survive runs)."""
+    if method != "template":
+        return method
+    template = fork_template.current()
+    assert template is not None
+    return template.context()
 
 
 @pytest.fixture(autouse=True)
@@ -386,13 +404,14 @@ def leaves_nothing_behind(request: pytest.FixtureRequest) -> Iterator[None]:
 
 # -- plain `for` ---------------------------------------------------------------------
 
-START_METHODS = [None, "spawn", "fork"]
+START_METHODS = [None, "spawn", "fork", "template"]
 
 
 @pytest.mark.parametrize("method", START_METHODS)
 def test_for_exhaustion(method: str | None) -> None:
     workers = Workers()
-    loader = DataLoader(Pids(8), batch_size=2, num_workers=2, multiprocessing_context=method)
+    context = context_of(method)
+    loader = DataLoader(Pids(8), batch_size=2, num_workers=2, multiprocessing_context=context)
     for batch in loader:
         workers.note(batch)
     workers.assert_gone()
@@ -401,7 +420,8 @@ def test_for_exhaustion(method: str | None) -> None:
 @pytest.mark.parametrize("method", START_METHODS)
 def test_for_break(method: str | None) -> None:
     workers = Workers()
-    loader = DataLoader(Pids(64), batch_size=2, num_workers=2, multiprocessing_context=method)
+    context = context_of(method)
+    loader = DataLoader(Pids(64), batch_size=2, num_workers=2, multiprocessing_context=context)
     for i, batch in enumerate(loader):
         workers.note(batch)
         if i == 1:
@@ -521,11 +541,16 @@ def test_for_iterable_dataset_exhaustion_and_break() -> None:
     streaming.assert_gone()
 
 
-def test_a_killed_worker_is_replaced_and_all_are_gone_after_the_epoch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", [None, "template"])
+def test_a_killed_worker_is_replaced_and_all_are_gone_after_the_epoch(
+    tmp_path: Path, method: str | None
+) -> None:
     marker = tmp_path / "killed"
     workers = Workers()
     keys = 0
-    for batch in DataLoader(KillsItsWorkerOnce(40, 13, str(marker)), batch_size=2, num_workers=2):
+    dataset = KillsItsWorkerOnce(40, 13, str(marker))
+    context = context_of(method)
+    for batch in DataLoader(dataset, batch_size=2, num_workers=2, multiprocessing_context=context):
         workers.note(batch)
         keys += len(batch)
     assert keys == 40  # the epoch completed through the restart

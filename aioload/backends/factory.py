@@ -19,10 +19,10 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import itertools
-import multiprocessing
 import threading
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import anyio.abc
@@ -33,7 +33,12 @@ from aioload.backends.inline import InlineBackend
 from aioload.backends.pool import WorkerPool, warm_forkserver
 from aioload.backends.processes import ProcessBackend
 from aioload.backends.reader import BatchReader, WorkerSetup
-from aioload.backends.start_method import auto_start_method, start_method_context
+from aioload.backends.start_method import (
+    WorkerStart,
+    keep_template_ready,
+    start_method_context,
+    worker_start,
+)
 from aioload.checkpoint import EpochPlan
 from aioload.dataset_epochs import dataset_epochs
 from aioload.fetch import DatasetProtocol
@@ -80,30 +85,38 @@ class Backends:
         self._pool_lock = threading.Lock()
 
     def warm_up(self, multiprocessing_context: Any) -> None:
-        """Starts the fork server now if the workers would start from it were they started now.
+        """Readies now what the workers would start from were they started now.
 
-        The server then imports its preloads (torch's import takes seconds) while
-        the caller goes on, rather than when the first epoch starts. Starting it
-        costs the caller a few milliseconds (it is spawned, not waited for).
+        The fork server, if they would start from it: it then imports its
+        preloads (torch's import takes seconds) while the caller goes on, rather
+        than when the first epoch starts (starting it costs the caller a few
+        milliseconds: it is spawned, not waited for). And the fork template,
+        where the process may later start a runtime that a fork does not
+        survive (see :mod:`aioload.backends.start_method`).
         """
-        method = self.start_method_now(multiprocessing_context)
-        if method == "forkserver":
-            warm_forkserver(multiprocessing.get_context(method))
+        if self._num_workers == 0 or self._executor is not None:
+            return
+        keep_template_ready(start_method_context(multiprocessing_context))
+        start = self.start_now(multiprocessing_context)
+        if start is not None and start.method == "forkserver":
+            warm_forkserver(start.context)
 
-    def start_method_now(self, multiprocessing_context: Any) -> str | None:
+    def start_now(
+        self, multiprocessing_context: Any, objects: Mapping[str, object] | None = None
+    ) -> WorkerStart | None:
         """How worker processes would start if an epoch began now; None: none would.
 
-        ``multiprocessing_context``: the loader's; left unset, aioload's choice
-        (see :mod:`aioload.backends.start_method`). None for an inline or
-        executor backend, or persistent workers that are running.
+        ``multiprocessing_context``: the loader's; left unset, the rule of
+        :mod:`aioload.backends.start_method`. ``objects``: what the workers
+        receive, by name. None for an inline or executor backend, or
+        persistent workers that are running.
         """
         if self._num_workers == 0 or self._executor is not None:
             return None
         with self._pool_lock:
             if self._persistent and self._pool is not None and not self._pool.closed:
                 return None
-        context = start_method_context(multiprocessing_context)
-        return auto_start_method() if context is None else context.get_start_method()
+        return worker_start(start_method_context(multiprocessing_context), objects)
 
     def for_epoch(
         self,
@@ -162,6 +175,8 @@ class Backends:
         in_order: bool,
     ) -> BackendFactory:
         setup = dataclasses.replace(setup, num_workers=self._num_workers)
+        # While forking is still safe, a template for the moment it no longer is.
+        keep_template_ready(start_method_context(context))
         if self._persistent:
             with self._pool_lock:
                 if self._pool is None or self._pool.closed:
@@ -169,8 +184,8 @@ class Backends:
                 pool = self._pool
         else:
             pool = self._new_pool(setup, context, plan.base_seed)
-        # Before the epoch starts a thread: then the workers can be forked (safe, and
-        # fast: the dataset is inherited, not pickled).
+        # Before the epoch starts a thread of its own: forked now, the workers see none
+        # of aioload's (and they start fast: the dataset is inherited, not pickled).
         pool.fork_now()
         epoch = next(self._epochs)
         # A tracked stream: a resumed epoch starts each worker's stream where the

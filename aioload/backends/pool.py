@@ -45,8 +45,9 @@ from multiprocessing import forkserver
 
 from aioload.backends.reader import WorkerSetup
 from aioload.backends.setup_parcel import SetupParcel
-from aioload.backends.start_method import fallback_context, fork_is_safe
+from aioload.backends.start_method import WorkerStart, worker_start
 from aioload.backends.worker_process import worker_main
+from aioload.main_module import check_script_for_workers
 from aioload.transport import SegmentReader
 from aioload.wire import Command, command_frame, result_socket_pair
 
@@ -160,9 +161,9 @@ class WorkerPool:
 
     Args:
         setup: what every worker receives.
-        context: the multiprocessing context that starts them; None leaves the
-            choice to aioload: :meth:`fork_now` forks them when that is safe,
-            and :meth:`start` uses :func:`fallback_context` for the others.
+        context: the multiprocessing context that starts them; None: the rule
+            of :mod:`aioload.backends.start_method` decides at each start
+            (:func:`~aioload.backends.start_method.worker_start`).
         base_seed: worker ``i`` seeds its generators with ``base_seed + i``.
         keep_free: idle shared-memory segments kept per worker for reuse.
     """
@@ -203,39 +204,48 @@ class WorkerPool:
             return new
 
     def fork_now(self) -> bool:
-        """Forks the workers not started yet, now, if aioload chooses the start method and
-        forking is safe (see :mod:`aioload.backends.start_method`); True if it did.
+        """Forks the workers not started yet, now, if they start by a fork of this process
+        (see :mod:`aioload.backends.start_method`); True if it did.
 
         Call it from the thread that iterates, before aioload starts a thread
         of its own for the epoch. It blocks for the forks (a few milliseconds
-        each: the page tables are copied, not the memory).
+        each: the page tables are copied, not the memory). Other ways of
+        starting (the fork template, the fork server) pickle the setup first,
+        which may take longer: :meth:`start` does it, in a thread.
         """
         waiting = [handle for handle in self.workers if not handle.started]
-        if self._context is not None or self.closed or not waiting or not fork_is_safe():
+        if self.closed or not waiting:
             return False
-        self.start(waiting, multiprocessing.get_context("fork"))
+        start = worker_start(self._context, self._objects())
+        if start.method != "fork":
+            return False
+        self.start(waiting, start)
         return True
 
-    def start(
-        self,
-        handles: list[_Handle],
-        context: multiprocessing.context.BaseContext | None = None,
-    ) -> None:
+    def start(self, handles: list[_Handle], start: WorkerStart | None = None) -> None:
         """Starts the processes of ``handles`` (blocking: call it in a thread).
 
-        ``context``: the start method; by default the pool's, or
-        :func:`fallback_context` when the pool leaves it to aioload.
+        ``start``: how; by default as the rule says now (a restart included).
+
+        Raises:
+            RuntimeError: only the fork server is left (a runtime that does not
+                survive a fork runs here, and no fork template could be made
+                before it started), and the script has no ``__main__`` guard
+                (see :func:`~aioload.main_module.check_script_for_workers`).
         """
         with self._lock:
             if self.closed:
                 raise RuntimeError("the DataLoader's worker pool is closed")
-            context = context or self._context or fallback_context()
-            method = context.get_start_method()
+            start = start or worker_start(self._context, self._objects())
+            if start.fallback:
+                # A restart may come here where its epoch's first workers were forked.
+                check_script_for_workers(self._objects(), start.method, in_the_way=start.in_the_way)
+            context = start.context
             warm_forkserver(context)
             setup: WorkerSetup | SetupParcel = self._setup
-            if method != "fork":
+            if start.pickles:
                 if self._parcel is None:
-                    self._parcel = SetupParcel.pack(self._setup, method)
+                    self._parcel = SetupParcel.pack(self._setup, start.method)
                 setup = self._parcel
             for handle in handles:
                 if handle.started:
@@ -257,6 +267,16 @@ class WorkerPool:
                 handle.process = process
                 # The child has its own copies now; ours would hide its exit (no EOF).
                 handle.close_worker_ends()
+
+    def _objects(self) -> dict[str, object]:
+        """What the workers receive, by the names the loader's checks give them."""
+        setup = self._setup
+        return {
+            "dataset": setup.dataset,
+            "collate_fn": setup.collate_fn,
+            "worker_init_fn": setup.worker_init_fn,
+            "policy": setup.policy,
+        }
 
     def claim(self, loop: asyncio.AbstractEventLoop, stop: Callable[[str], None]) -> bool:
         """Makes the caller's epoch the pool's only user, or asks the current one to stop.

@@ -24,7 +24,9 @@ them all. A pool lives for one epoch, or for the loader's life with
   are sent again, so the epoch still yields every sample exactly once; past
   ``max_worker_restarts`` restarts in an epoch, or for an iterable dataset
   (whose stream position died with the worker), the epoch fails with a
-  :class:`WorkerCrashedError`.
+  :class:`WorkerCrashedError`. A replacement starts as the rule of
+  :mod:`aioload.backends.start_method` says at that moment, which never runs
+  the script again where the epoch's first workers did not.
 
 Blocking work — pickling the setup, starting and stopping processes — runs in
 a short-lived thread, so the loop (possibly the caller's) never blocks.
@@ -34,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import multiprocessing.process
 import signal
+import time
 from typing import Any
 
 import anyio.abc
@@ -68,6 +72,23 @@ def _describe_exit(exitcode: int | None) -> str:
             name = f"signal {-exitcode}"
         return f"was killed by {name}"
     return f"exited with code {exitcode}"
+
+
+_EXIT_STATUS_WAIT = 0.2  # seconds a process whose sentinel fired gets to become reapable
+
+
+def _exit_code(process: multiprocessing.process.BaseProcess) -> int | None:
+    """``process``'s exit code, once its sentinel has fired.
+
+    A forked child's sentinel (a pipe) reads its end as the child closes its
+    descriptors, a moment before the kernel makes it a zombie that can be
+    reaped: that moment is waited for, briefly (a worker that closed the pipe
+    itself may live on; its exit code is then unknown).
+    """
+    deadline = time.monotonic() + _EXIT_STATUS_WAIT
+    while process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return process.exitcode
 
 
 class ProcessBackend:
@@ -365,7 +386,7 @@ class ProcessBackend:
         self._detach(handle)
         held = self._held.pop(handle.id)
         assert handle.process is not None
-        exitcode, pid = handle.process.exitcode, handle.pid
+        exitcode, pid = _exit_code(handle.process), handle.pid
         keys = list(held.values())
         if self._iterable or self._restarts >= self._max_restarts:
             why = (
@@ -398,10 +419,12 @@ class ProcessBackend:
         for seq, batch_keys in sorted(held.items()):
             self._held[new.id][seq] = batch_keys
             self._send(new, command_frame(Command.FETCH, self._epoch, seq, batch_keys))
+        # As the rule says now (aioload.backends.start_method): a fork of this process
+        # right here, or the fork template or a fork server from a thread.
         try:
-            forked = self._pool.fork_now()  # on this thread, if nothing else runs
+            forked = self._pool.fork_now()
         except Exception:
-            forked = False  # the fallback start below says what is wrong
+            forked = False  # the start below says what is wrong
         if forked:
             self._watch(new)
         else:

@@ -177,7 +177,6 @@ if __name__ == "__main__":
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("how", ["idle", "busy", "socket-held", "template"])
 def test_a_process_killed_with_sigkill_leaves_no_worker(tmp_path: Path, how: str) -> None:
-    if how == "template":
     script = tmp_path / "killed.py"
     script.write_text(textwrap.dedent(_SCRIPT))
     mark = uuid.uuid4().hex

@@ -126,7 +126,10 @@ def to_torch(batch: Any, *, readonly: ReadOnly = "copy") -> Any:
 
     Example::
 
-        >>> batch = aioload.default_collate([{"x": np.ones(3), "y": 1}] * 2)
+        >>> import numpy as np
+        >>> import torch
+        >>> from aioload import default_collate
+        >>> batch = default_collate([{"x": np.ones(3), "y": 1}] * 2)
         >>> tensors = to_torch(batch)
         >>> tensors["x"].shape, tensors["y"]
         (torch.Size([2, 3]), tensor([1, 1]))

@@ -192,11 +192,8 @@ def progress(loader: Iterable[Any] | Any, **tqdm_kwargs: Any) -> ProgressBar:
         >>> for epoch in range(3):
         ...     for x, y in aioload.progress(loader, desc=f"epoch {epoch}"):
         ...         pass   # a training step
-
-        Each epoch's bar is on stderr (tqdm's default); a training run's ends as::
-
-            epoch 0: 100%|██████████| 1563/1563 [00:41<00:00, 37.9batch/s, 2.42k items/s, stall 3%]
-
-        Inside a coroutine: ``async for batch in aioload.progress(loader): ...``.
+        >>> # each epoch's bar, on stderr; at the end of a training run's first epoch:
+        >>> # epoch 0: 100%|█████| 1563/1563 [00:41<00:00, 37.9batch/s, 2.42k items/s, stall 3%]
+        >>> # inside a coroutine: async for batch in aioload.progress(loader): ...
     """
     return ProgressBar(loader, **tqdm_kwargs)

@@ -281,6 +281,8 @@ def evaluate(model, loader):
 
 
 model = NumpyModel()
+loader = DataLoader(ArrayDataset(features, labels), batch_size=64, shuffle=True)
+max_steps = 3
 ''',
 }
 

@@ -512,14 +512,14 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
     preamble = COMMON + PREAMBLES.get(block.page, "")
     preamble += "".join(setup for key, setup in SETUPS.items() if key in block.code)
     if names_torch(source):
-        if importlib.util.find_spec("torch") is None:
-            pytest.skip("the block needs torch, which is not installed")
+        if importlib.util.find_spec("torch") is None:  # the message importorskip gives
+            pytest.skip("the block needs torch: No module named 'torch'")
         preamble += TORCH_PREAMBLES.get(block.page, "")
     if moves_to_cuda(source):
         # no NVIDIA driver, no CUDA device: known without importing torch
         torch = pytest.importorskip("torch") if Path("/dev/nvidiactl").exists() else None
         if torch is None or not torch.cuda.is_available():
-            pytest.skip("the block moves tensors to a CUDA device, and there is none")
+            pytest.skip('the block moves tensors to "cuda", and there is no CUDA device')
     chain = [block]  # the blocks it continues, then itself
     while chain[0].continues is not None:
         chain.insert(0, chain[0].continues)

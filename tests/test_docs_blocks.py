@@ -2,9 +2,14 @@
 
 A block uses names it does not define (``dataset``, ``train_step``, ``store``, ...): its page's
 preamble (``PREAMBLES``) defines each as the smallest real thing of its kind, and runs before
-the block, in a temporary folder. A block with a top-level ``async for`` runs as a notebook
-cell runs it (compiled with top-level await allowed, on an asyncio event loop). A block that
-hands batches to a placeholder sink (``train_step``, ``score``, ...) must have handed it some.
+the block, in a temporary folder; ``SETUPS`` adds what one block needs (a loader stopped
+mid-epoch, a rank's environment), ``REWRITES`` points a page's absolute folders into the
+temporary one, and ``EXPECTED`` is output a block's comments promise. docs/object-stores.md
+reads ``s3://bucket/`` from a SeaweedFS server on 127.0.0.1 (``docs_bucket``) holding the
+objects, shards, JSON lines and Parquet files its blocks name. A block with a top-level
+``async for`` runs as a notebook cell runs it (compiled with top-level await allowed, on an
+asyncio event loop). A block that hands batches to a placeholder sink (``train_step``,
+``score``, ...) must have handed it some.
 
 Markers, an HTML comment on the line before a block's fence (the rendered page does not show
 it), for what a block cannot do as a script:

@@ -97,9 +97,20 @@ def check_arguments(
 
     Example::
 
-        >>> args = check_arguments(dataset, batch_size=4, shuffle=True, ...)
-        >>> type(args.batch_sampler).__name__
-        'BatchSampler'
+        >>> given = dict(
+        ...     batch_size=4, shuffle=True, sampler=None, batch_sampler=None,
+        ...     num_workers=0, drop_last=False, timeout=0, multiprocessing_context=None,
+        ...     generator=0, prefetch_factor=None, persistent_workers=False, in_order=True,
+        ...     concurrency=None, max_worker_restarts=3, retry=None, item_timeout=None,
+        ...     on_error="raise", max_skipped=None, executor=None,
+        ... )   # what DataLoader(range(10), batch_size=4, shuffle=True, generator=0) passes
+        >>> args = check_arguments(range(10), **given)
+        >>> type(args.sampler).__name__, type(args.batch_sampler).__name__, args.concurrency
+        ('RandomSampler', 'BatchSampler', 256)
+        >>> check_arguments(range(10), **{**given, "sampler": range(10)})
+        Traceback (most recent call last):
+            ...
+        ValueError: sampler option is mutually exclusive with shuffle
     """
     if not isinstance(num_workers, int) or isinstance(num_workers, bool):
         raise TypeError(f"num_workers should be an int; got {num_workers!r}")

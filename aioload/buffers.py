@@ -58,8 +58,21 @@ class Lease:
 
     Example::
 
-        >>> raw = np.asarray(Lease(address, size, mapping, on_free))  # uint8[size]
-        >>> x = raw[:64].view(np.float32)   # on_free() runs once x and raw are gone
+        >>> import numpy as np
+        >>> mapping = mmap.mmap(-1, 4096)
+        >>> freed = []
+        >>> lease = Lease(mapping_address(mapping), 4096, mapping, lambda: freed.append(1))
+        >>> raw = np.asarray(lease)
+        >>> del lease
+        >>> raw.dtype, raw.shape
+        (dtype('uint8'), (4096,))
+        >>> x = raw[:64].view(np.float32)
+        >>> del raw
+        >>> freed   # x holds the lease
+        []
+        >>> del x
+        >>> freed   # released once the last array is gone
+        [1]
     """
 
     __slots__ = ("_address", "_keepalive", "_release", "_size")

@@ -199,6 +199,7 @@ def default_collate(batch: Sequence[Any]) -> Any:
         batch: a non-empty sequence of samples.
 
     Examples:
+        >>> from collections import namedtuple
         >>> default_collate([0, 1, 2, 3])
         array([0, 1, 2, 3])
         >>> default_collate(["a", "b", "c"])
@@ -213,14 +214,25 @@ def default_collate(batch: Sequence[Any]) -> Any:
         >>> default_collate([[0, 1], [2, 3]])
         [array([0, 2]), array([1, 3])]
         >>> # Two ways to extend it. 1: a collate_fn that falls back to default_collate.
+        >>> class Span:
+        ...     def __init__(self, start, stop):
+        ...         self.start, self.stop = start, stop
         >>> def custom_collate(batch):
-        ...     if isinstance(batch[0], CustomType):
-        ...         return ...
+        ...     if isinstance(batch[0], Span):
+        ...         return np.array([[span.start, span.stop] for span in batch])
         ...     return default_collate(batch)
-        >>> # 2: register a function for the type, in place.
-        >>> def collate_customtype_fn(batch, *, collate_fn_map=None):
-        ...     return ...
-        >>> default_collate_fn_map.update({CustomType: collate_customtype_fn})
+        >>> custom_collate([Span(0, 2), Span(5, 9)])
+        array([[0, 2],
+               [5, 9]])
+        >>> # 2: register a function for the type, in place: every default_collate from
+        >>> # then on uses it, inside containers too.
+        >>> def collate_span_fn(batch, *, collate_fn_map=None):
+        ...     return np.array([[span.start, span.stop] for span in batch])
+        >>> default_collate_fn_map.update({Span: collate_span_fn})
+        >>> default_collate([{"span": Span(0, 2), "y": 1}, {"span": Span(5, 9), "y": 0}])
+        {'span': array([[0, 2],
+               [5, 9]]), 'y': array([1, 0])}
+        >>> del default_collate_fn_map[Span]   # (this example undoes it)
     """
     if isinstance(batch, RowBlock):  # a columnar batch collates itself, the same way
         return batch.collate()
@@ -243,6 +255,7 @@ def default_convert(data: Any) -> Any:
         data: a single sample.
 
     Examples:
+        >>> from collections import namedtuple
         >>> default_convert(0)
         0
         >>> default_convert(np.array([0, 1]))

@@ -126,7 +126,10 @@ def to_torch(batch: Any, *, readonly: ReadOnly = "copy") -> Any:
 
     Example::
 
-        >>> batch = aioload.default_collate([{"x": np.ones(3), "y": 1}] * 2)
+        >>> import numpy as np
+        >>> import torch
+        >>> from aioload import default_collate
+        >>> batch = default_collate([{"x": np.ones(3), "y": 1}] * 2)
         >>> tensors = to_torch(batch)
         >>> tensors["x"].shape, tensors["y"]
         (torch.Size([2, 3]), tensor([1, 1]))
@@ -148,9 +151,15 @@ def torch_collate(batch: Sequence[Any]) -> Any:
 
     Example::
 
-        loader = DataLoader(dataset, batch_size=64, collate_fn=torch_collate, pin_memory=True)
-        for x, y in loader:                       # torch tensors
-            x = x.to("cuda", non_blocking=True)   # from pinned memory when a GPU is present
+        >>> import numpy as np
+        >>> import torch
+        >>> from aioload import ArrayDataset, DataLoader
+        >>> dataset = ArrayDataset(np.ones((8, 3), np.float32), np.arange(8))
+        >>> loader = DataLoader(dataset, batch_size=4, collate_fn=torch_collate)
+        >>> for x, y in loader:   # torch tensors
+        ...     pass   # with pin_memory=True and a GPU: x.to("cuda", non_blocking=True)
+        >>> x.shape, y
+        (torch.Size([4, 3]), tensor([4, 5, 6, 7]))
     """
     return to_torch(default_collate(batch))
 
@@ -160,6 +169,12 @@ def torch_convert(sample: Any) -> Any:
 
     Example::
 
-        loader = DataLoader(dataset, batch_size=None, collate_fn=torch_convert)
+        >>> import numpy as np
+        >>> import torch
+        >>> from aioload import ArrayDataset, DataLoader
+        >>> dataset = ArrayDataset(np.ones((8, 3), np.float32), np.arange(8))
+        >>> loader = DataLoader(dataset, batch_size=None, collate_fn=torch_convert)
+        >>> [(x.shape, y) for x, y in loader][-1]
+        (torch.Size([3]), tensor(7))
     """
     return to_torch(default_convert(sample))

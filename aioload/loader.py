@@ -427,10 +427,21 @@ class DataLoader(Generic[T_co]):
 
         Example::
 
-            for batch in loader:
-                ...
-            for item in loader.skipped:
-                print(item)   # key 17: builtins.OSError: connection reset (3 attempts)
+            >>> from aioload import DataLoader, Dataset, RetryPolicy
+            >>> class Flaky(Dataset):
+            ...     def __getitem__(self, i):
+            ...         if i == 17:
+            ...             raise ConnectionResetError("connection reset")
+            ...         return i
+            ...     def __len__(self):
+            ...         return 64
+            >>> retry = RetryPolicy(attempts=3, backoff=0)
+            >>> loader = DataLoader(Flaky(), batch_size=16, retry=retry, on_error="skip")
+            >>> [len(batch) for batch in loader]
+            [16, 15, 16, 16]
+            >>> for item in loader.skipped:
+            ...     print(item)
+            key 17: builtins.ConnectionResetError: connection reset (3 attempts)
         """
         log = self._skip_log
         return [] if log is None else log.items
@@ -450,11 +461,16 @@ class DataLoader(Generic[T_co]):
 
         Example::
 
-            for step, batch in enumerate(loader):
-                train(batch)
-                if step % 100 == 0:
-                    log.info("%s", loader.stats())   # a one-line summary
-            print(loader.stats().epoch.stall_fraction)   # 0.02: the model sets the pace
+            >>> import numpy as np
+            >>> from aioload import ArrayDataset, DataLoader
+            >>> loader = DataLoader(ArrayDataset(np.zeros((1000, 8), np.float32)), batch_size=100)
+            >>> for step, batch in enumerate(loader):
+            ...     if step % 5 == 0:
+            ...         summary = str(loader.stats())   # a one-line summary, for a log
+            >>> loader.stats().epoch.batches, loader.stats().epoch.items
+            (10, 1000)
+            >>> 0 <= loader.stats().epoch.stall_fraction <= 1   # near 0: the model sets the pace
+            True
         """
         return self._stats.snapshot()
 
@@ -611,10 +627,17 @@ class DataLoader(Generic[T_co]):
 
         Example::
 
-            for step, batch in enumerate(loader):
-                train(batch)
-                if step % 1000 == 0:
-                    save(json.dumps(loader.state_dict()))
+            >>> import json
+            >>> import numpy as np
+            >>> from aioload import ArrayDataset, DataLoader
+            >>> dataset = ArrayDataset(np.arange(10))
+            >>> loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=0)
+            >>> for step, (batch,) in enumerate(loader):
+            ...     if step == 0:
+            ...         saved = json.dumps(loader.state_dict())   # after the first batch
+            >>> state = json.loads(saved)
+            >>> state["in_progress"], state["batches"]
+            (True, 1)
         """
         return self._checkpoints.state_dict()
 
@@ -654,10 +677,19 @@ class DataLoader(Generic[T_co]):
 
         Example::
 
-            loader = DataLoader(dataset, batch_size=64, shuffle=True, generator=0)
-            loader.load_state_dict(json.loads(saved))
-            for batch in loader:   # the rest of the interrupted epoch
-                ...
+            >>> import json
+            >>> import numpy as np
+            >>> from aioload import ArrayDataset, DataLoader
+            >>> dataset = ArrayDataset(np.arange(10))
+            >>> loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=0)
+            >>> batches = iter(loader)
+            >>> first = next(batches)
+            >>> saved = json.dumps(loader.state_dict())   # then the run stops
+            >>> rest = [batch.tolist() for batch, in batches]
+            >>> loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=0)
+            >>> loader.load_state_dict(json.loads(saved))
+            >>> [batch.tolist() for batch, in loader] == rest   # the rest of the interrupted epoch
+            True
         """
         self._checkpoints.load_state_dict(state)
 

@@ -219,8 +219,11 @@ class PinnedBufferPool:
 
         Example::
 
-            >>> out = pool.empty((4, 3), np.uint8)
-            >>> out[:] = 7
+            >>> with PinnedBufferPool() as pool:
+            ...     out = pool.empty((4, 3), np.uint8)
+            ...     out[:] = 7
+            ...     out.shape, out.ctypes.data % mmap.PAGESIZE
+            ((4, 3), 0)
         """
         dtype = np.dtype(dtype)
         if dtype.hasobject:
@@ -252,9 +255,10 @@ class PinnedBufferPool:
 
         Example::
 
-            >>> y = pool.pin_array(np.ones((2, 2), dtype=np.float32))
-            >>> y.dtype, y.shape, y.flags.c_contiguous
-            (dtype('float32'), (2, 2), True)
+            >>> with PinnedBufferPool() as pool:
+            ...     y = pool.pin_array(np.ones((2, 4), dtype=np.float32)[:, ::2])
+            ...     y.dtype, y.shape, y.flags.c_contiguous, y.tolist()
+            (dtype('float32'), (2, 2), True, [[1.0, 1.0], [1.0, 1.0]])
         """
         if not isinstance(array, np.ndarray):
             raise TypeError(f"pin_array expects a numpy.ndarray, but got {type(array).__name__}")

@@ -184,12 +184,16 @@ def progress(loader: Iterable[Any] | Any, **tqdm_kwargs: Any) -> ProgressBar:
 
     Example::
 
-        >>> for epoch in range(3):                              # doctest: +SKIP
+        >>> import numpy as np
+        >>> import tqdm   # pip install 'aioload-data[progress]'
+        >>> import aioload
+        >>> dataset = aioload.ArrayDataset(np.zeros((1000, 8), np.float32), np.arange(1000))
+        >>> loader = aioload.DataLoader(dataset, batch_size=64)
+        >>> for epoch in range(3):
         ...     for x, y in aioload.progress(loader, desc=f"epoch {epoch}"):
-        ...         train_step(x, y)
-        epoch 0: 100%|██████████| 1563/1563 [00:41<00:00, 37.9batch/s, 2.42k items/s, stall 3%]
-
-        # inside a coroutine:
-        # async for batch in aioload.progress(loader): ...
+        ...         pass   # a training step
+        >>> # each epoch's bar, on stderr; at the end of a training run's first epoch:
+        >>> # epoch 0: 100%|█████| 1563/1563 [00:41<00:00, 37.9batch/s, 2.42k items/s, stall 3%]
+        >>> # inside a coroutine: async for batch in aioload.progress(loader): ...
     """
     return ProgressBar(loader, **tqdm_kwargs)

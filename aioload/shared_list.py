@@ -56,7 +56,8 @@ class SharedList(Sequence[T_co]):
         {'path': 'b.jpg', 'label': 1}
         >>> len(records), records[:1]
         (2, [{'path': 'a.jpg', 'label': 3}])
-        >>> loader = DataLoader(records, batch_size=64, num_workers=2)
+        >>> from aioload import DataLoader
+        >>> loader = DataLoader(records, batch_size=64, num_workers=2)   # shared, not copied
     """
 
     __slots__ = ("_data", "_offsets", "_view")

@@ -66,11 +66,13 @@ class SourceCounter:
 
     Example::
 
-        counter = SourceCounter()
-        counter.hit()
-        counter.received(4096)
-        counter.take()   # SourceCounts(cache_hits=1, cache_misses=0, store_bytes=4096)
-        counter.take()   # None: nothing since
+        >>> counter = SourceCounter()
+        >>> counter.hit()
+        >>> counter.received(4096)
+        >>> counter.take()
+        SourceCounts(cache_hits=1, cache_misses=0, store_bytes=4096)
+        >>> print(counter.take())   # nothing since
+        None
     """
 
     __slots__ = ("_lock", "cache_hits", "cache_misses", "store_bytes")

@@ -354,11 +354,17 @@ class LoaderStats:
 
     Example::
 
-        for batch in loader:
-            ...
-        print(loader.stats())
-        # epoch 1: 1563 batches, 100k items, 12.8 MB in 4.10 s (24.4k items/s, 3.12 MB/s),
-        # stall 71% (2.91 s) | fetch p50/p90/p99 2.1/3.5/9.8 ms | in flight 0 batches ...
+        >>> import numpy as np
+        >>> from aioload import ArrayDataset, DataLoader
+        >>> loader = DataLoader(ArrayDataset(np.zeros((1000, 8), np.float32)), batch_size=100)
+        >>> for batch in loader:
+        ...     pass
+        >>> print(loader.stats())   # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+        epoch 1 (done): 10 batches, 1k items, 32kB in ... s (...), stall ... | fetch p50/p90/p99
+        ... | in flight 0 batches (0 items), reorder 0, ready 0 | retries 0, skipped 0, worker
+        restarts 0
+        >>> loader.stats().as_dict()["epoch"]["items"]
+        1000
     """
 
     epochs: int

@@ -93,11 +93,12 @@ class DataLoader(_NumpyDataLoader[T_co]):
     Example::
 
         >>> import numpy as np
+        >>> import torch
         >>> from aioload.torch import DataLoader
         >>> loader = DataLoader([(np.zeros(2, np.float32), 1)] * 4, batch_size=2)
         >>> x, y = next(iter(loader))
-        >>> type(x).__name__, y
-        ('Tensor', tensor([1, 1]))
+        >>> isinstance(x, torch.Tensor), y
+        (True, tensor([1, 1]))
     """
 
     _default_collate_fn = staticmethod(torch_collate)

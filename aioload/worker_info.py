@@ -54,6 +54,7 @@ def get_worker_info() -> WorkerInfo | None:
 
     Example::
 
+        >>> import aioload
         >>> class Range(aioload.IterableDataset):
         ...     def __init__(self, n): self.n = n
         ...     def __iter__(self):
@@ -61,6 +62,8 @@ def get_worker_info() -> WorkerInfo | None:
         ...         if info is None:          # num_workers=0: everything here
         ...             return iter(range(self.n))
         ...         return iter(range(info.id, self.n, info.num_workers))
+        >>> list(aioload.DataLoader(Range(5), batch_size=None))
+        [0, 1, 2, 3, 4]
     """
     if _worker_info is not None:
         return _worker_info

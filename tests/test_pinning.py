@@ -67,7 +67,7 @@ LOCKS_AT_MOST = 4 * MiB
 def may_lock() -> None:
     """Skips, saying why, where this process may not lock ``LOCKS_AT_MOST``.
 
-    In CI such a skip fails the run (see ``AIOLOAD_STRICT_SKIPS`` in tests/conftest.py).
+    In CI such a skip fails the run (see ``AIOLOAD_STRICT_SKIPS`` in conftest.py).
     """
     if can_lock(LOCKS_AT_MOST):
         return

@@ -114,8 +114,12 @@ class LocalCache:
 
     Example::
 
-        cache = LocalCache("/scratch/cache", "50GB")
-        cache.usage()   # bytes taken now
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()   # a local disk: "/scratch/cache"
+        >>> cache = LocalCache(folder.name, "50GB")
+        >>> cache.usage()   # bytes taken now
+        0
+        >>> folder.cleanup()
     """
 
     def __init__(self, folder: str | os.PathLike[str], limit: int | str | None = None) -> None:

@@ -109,8 +109,15 @@ def decode_image(data: bytes, mode: str | None = "RGB") -> np.ndarray:
 
     Example::
 
-        array = decode_image(png_bytes)          # (h, w, 3) uint8, RGB
-        gray = decode_image(png_bytes, "L")      # (h, w, 1) uint8
+        >>> import io
+        >>> from PIL import Image
+        >>> out = io.BytesIO()
+        >>> Image.new("RGB", (4, 2), (255, 0, 0)).save(out, "PNG")
+        >>> png_bytes = out.getvalue()
+        >>> array = decode_image(png_bytes)        # (h, w, 3) uint8, RGB
+        >>> gray = decode_image(png_bytes, "L")    # (h, w, 1) uint8
+        >>> array.shape, array.dtype, array[0, 0].tolist(), gray.shape
+        ((2, 4, 3), dtype('uint8'), [255, 0, 0], (2, 4, 1))
     """
     try:
         from PIL import Image
@@ -187,9 +194,22 @@ class Decoder:
 
     Example::
 
-        decode = Decoder({"seg.png": None, "pts": decode_points}, image_mode=None)
-        dataset = ShardDataset(urls, decode=decode)
-        # or: ShardDataset(urls, decode={"pts": decode_points})
+        >>> import io
+        >>> import numpy as np
+        >>> from PIL import Image
+        >>> def decode_points(data):
+        ...     return np.frombuffer(data, np.float32).reshape(-1, 3)
+        >>> decode = Decoder({"seg.png": None, "pts": decode_points}, image_mode=None)
+        >>> png = io.BytesIO()
+        >>> Image.new("L", (4, 2)).save(png, "PNG")
+        >>> sample = decode({"__key__": "0017", "png": png.getvalue(), "seg.png": png.getvalue(),
+        ...                  "pts": np.zeros(6, np.float32).tobytes(), "cls": b"3"})
+        >>> sample["png"].shape, type(sample["seg.png"]).__name__, sample["pts"].shape
+        ((2, 4, 1), 'bytes', (2, 3))
+        >>> sample["cls"]
+        3
+        >>> # dataset = ShardDataset(urls, decode=decode)
+        >>> # or: ShardDataset(urls, decode={"pts": decode_points})
     """
 
     def __init__(

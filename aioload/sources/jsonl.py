@@ -124,15 +124,26 @@ class JsonLinesDataset(IterableDataset[Any]):
 
     Example::
 
-        dataset = JsonLinesDataset("s3://bucket/chat-{0000..0099}.jsonl.zst",
-                                   decode=lambda row: row["text"], shuffle_files=True,
-                                   shuffle_buffer=10_000, **credentials)
-        loader = DataLoader(dataset, batch_size=32, num_workers=4,
-                            collate_fn=list, on_error="skip", max_skipped=100)
-        for epoch in range(3):
-            dataset.set_epoch(epoch)
-            for batch in loader:
-                ...
+        >>> import gzip, json, os, tempfile
+        >>> from pathlib import Path
+        >>> from aioload import DataLoader
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> for n in range(2):
+        ...     with gzip.open(os.path.join(folder.name, f"chat-{n:04d}.jsonl.gz"), "wt") as file:
+        ...         for i in range(5):
+        ...             print(json.dumps({"text": f"{n}-{i}"}), file=file)
+        >>> urls = Path(folder.name).as_uri() + "/chat-{0000..0001}.jsonl.gz"  # or s3://...
+        >>> dataset = JsonLinesDataset(urls, decode=lambda row: row["text"], shuffle_files=True,
+        ...                            shuffle_buffer=4)
+        >>> loader = DataLoader(dataset, batch_size=4, collate_fn=list,
+        ...                     on_error="skip", max_skipped=100)
+        >>> for epoch in range(2):
+        ...     dataset.set_epoch(epoch)
+        ...     texts = [text for batch in loader for text in batch]   # batches of 4 str
+        ...     print(f"epoch {epoch}: {len(texts)} lines, {len(set(texts))} different")
+        epoch 0: 10 lines, 10 different
+        epoch 1: 10 lines, 10 different
+        >>> folder.cleanup()
     """
 
     def __init__(

@@ -82,10 +82,22 @@ class ParquetDataset(Dataset[Any]):
 
     Example::
 
-        dataset = ParquetDataset("s3://bucket/table/", columns=["text", "label"], **options)
-        loader = DataLoader(dataset, batch_size=256, shuffle=True, num_workers=2)
-        for batch in loader:
-            batch["label"]     # numpy array of 256 labels; batch["text"]: a list of str
+        >>> import os, tempfile
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> import pyarrow as pa
+        >>> import pyarrow.parquet as pq
+        >>> from aioload import DataLoader
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> table = pa.table({"text": [f"row {i}" for i in range(1000)], "label": np.arange(1000)})
+        >>> pq.write_table(table, os.path.join(folder.name, "part-0.parquet"), row_group_size=250)
+        >>> dataset = ParquetDataset(Path(folder.name).as_uri() + "/", columns=["text", "label"])
+        >>> loader = DataLoader(dataset, batch_size=256, shuffle=True, generator=0)
+        >>> for batch in loader:
+        ...     labels, texts = batch["label"], batch["text"]   # a numpy array, a list of str
+        >>> len(dataset), len(loader), labels.shape, type(texts[0]).__name__
+        (1000, 4, (232,), 'str')
+        >>> folder.cleanup()
     """
 
     def __init__(

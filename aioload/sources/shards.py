@@ -235,15 +235,27 @@ class ShardDataset(IterableDataset[Any]):
 
     Example::
 
-        dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar",
-                               decode=default_decode, shuffle_shards=True,
-                               shuffle_buffer=1000, **credentials)
-        loader = DataLoader(dataset, batch_size=32, num_workers=2)
-        steps = len(loader)   # under torchrun: the same on every rank (split="samples")
-        for epoch in range(10):
-            dataset.set_epoch(epoch)
-            for batch in loader:   # `steps` batches
-                ...
+        >>> import os, tempfile
+        >>> from pathlib import Path
+        >>> from aioload import DataLoader
+        >>> from aioload.sources import ShardWriter, default_decode
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> with ShardWriter(os.path.join(folder.name, "train-%06d.tar"), maxcount=10) as writer:
+        ...     for i in range(30):
+        ...         writer.write({"__key__": f"{i:04d}", "cls": i % 10, "txt": f"sample {i}"})
+        >>> urls = Path(folder.name).as_uri() + "/train-{000000..000002}.tar"  # or s3://...
+        >>> dataset = ShardDataset(urls, decode=default_decode, shuffle_shards=True,
+        ...                        shuffle_buffer=8, split="samples")
+        >>> loader = DataLoader(dataset, batch_size=8)
+        >>> len(loader)   # under torchrun: the same on every rank (split="samples")
+        4
+        >>> for epoch in range(2):
+        ...     dataset.set_epoch(epoch)
+        ...     keys = [key for batch in loader for key in batch["__key__"]]
+        ...     print(f"epoch {epoch}: {len(keys)} samples, {len(set(keys))} different")
+        epoch 0: 30 samples, 30 different
+        epoch 1: 30 samples, 30 different
+        >>> folder.cleanup()
     """
 
     def __init__(

@@ -118,14 +118,15 @@ class ShardWriter:
     Example::
 
         >>> import tempfile, os
-        >>> folder = tempfile.mkdtemp()
-        >>> with ShardWriter(os.path.join(folder, "s-%03d.tar"), maxcount=2) as writer:
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> with ShardWriter(os.path.join(folder.name, "s-%03d.tar"), maxcount=2) as writer:
         ...     for i in range(5):
         ...         writer.write({"__key__": f"{i:04d}", "cls": i, "txt": "hello"})
         >>> [os.path.basename(path) for path in writer.shards]
         ['s-000.tar', 's-001.tar', 's-002.tar']
         >>> [os.path.basename(path) for path in writer.indexes][:1]
         ['s-000.tar.idx.json']
+        >>> folder.cleanup()
     """
 
     def __init__(

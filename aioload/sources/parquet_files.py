@@ -33,6 +33,7 @@ import copy
 import functools
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -125,6 +126,7 @@ class ParquetFiles:
         # File number -> why its footer cannot be read (with skip_unreadable): no units.
         self.unreadable: dict[int, Exception] = {}
         self._footers: list[Footer | None] | None = None
+        self._lock = threading.Lock()  # what load() sets, set once by whichever loop is first
         self._leaves: list[list[int]] = []
         self.schema: pa.Schema | None = None
         self.units: list[tuple[int, int]] = []  # (file, row group) of every unit
@@ -161,28 +163,28 @@ class ParquetFiles:
         return self
 
     async def load(self) -> None:
-        """Lists a prefix's files and reads every footer, once; checks the columns."""
+        """Lists a prefix's files and reads every footer, once; checks the columns.
+
+        Loop-safe: loaders on several event loops (threads) may load one instance at
+        once; each reads the footers, and the first to finish sets what every one uses.
+        """
         if self._footers is not None:
             return
         if self._urls is None:
-            self._urls = await self._list()
+            listed = await self._list()
+            with self._lock:
+                if self._urls is None:  # another loop's listing may have been first
+                    self._urls = listed
+        urls = self.urls
         read = self._footer_or_error if self.skip_unreadable else self._read_footer
         found = await in_order(
-            [functools.partial(read, i) for i in range(len(self._urls))], INDEX_CONCURRENCY
+            [functools.partial(read, i) for i in range(len(urls))], INDEX_CONCURRENCY
         )
         unreadable = {i: error for i, error in enumerate(found) if isinstance(error, Exception)}
         if len(unreadable) == len(found):
             raise copy.copy(unreadable[0])  # nothing to read at all: no schema, no rows
         footers = [None if isinstance(footer, Exception) else footer for footer in found]
-        if unreadable:
-            logger.warning(
-                "%d of %d Parquet files cannot be read and are left out (%s): %s",
-                len(unreadable),
-                len(found),
-                ", ".join(redact_url(self._urls[i]) for i in list(unreadable)[:3]),
-                next(iter(unreadable.values())),
-            )
-        self._check_schemas(footers)
+        leaves, schema = self._check_schemas(footers)
         units = [
             (f, g)
             for f, footer in enumerate(footers)
@@ -191,14 +193,27 @@ class ParquetFiles:
         ]
         readable: list[Footer] = footers  # type: ignore[assignment]  # at the units' files
         rows = np.array([readable[f].row_counts[g] for f, g in units], dtype=np.int64)
-        self.units, self.unit_rows = units, rows
-        self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-        self.unit_bytes = [
-            sum(chunk.end - chunk.first for chunk in readable[f].chunks(g, self._leaves[f]))
+        unit_bytes = [
+            sum(chunk.end - chunk.first for chunk in readable[f].chunks(g, leaves[f]))
             for f, g in units
         ]
-        self.unreadable = unreadable
-        self._footers = footers
+        with self._lock:
+            if self._footers is not None:
+                return  # another loop loaded them first: its footers are the ones in use
+            self._leaves, self.schema = leaves, schema
+            self.units, self.unit_rows = units, rows
+            self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+            self.unit_bytes = unit_bytes
+            self.unreadable = unreadable
+            self._footers = footers  # last: what tells every reader the rest is set
+        if unreadable:
+            logger.warning(
+                "%d of %d Parquet files cannot be read and are left out (%s): %s",
+                len(unreadable),
+                len(found),
+                ", ".join(redact_url(urls[i]) for i in list(unreadable)[:3]),
+                next(iter(unreadable.values())),
+            )
 
     async def _list(self) -> list[str]:
         assert self.prefix is not None
@@ -213,14 +228,15 @@ class ParquetFiles:
             )
         return urls
 
-    def _check_schemas(self, footers: list[Footer | None]) -> None:
-        """Checks the columns against every readable file (the first one is the model)."""
+    def _check_schemas(self, footers: list[Footer | None]) -> tuple[list[list[int]], pa.Schema]:
+        """Checks the columns against every readable file (the first one is the model);
+        returns every file's leaf columns to read and the schema of the columns read."""
         urls = self.urls
         readable = [(url, f) for url, f in zip(urls, footers, strict=True) if f is not None]
         model_url, model = readable[0]
         first = model.schema
         names = self.columns if self.columns is not None else list(first.names)
-        self._leaves = [
+        leaves = [
             [] if footer is None else leaf_columns(footer, names, redact_url(url))
             for url, footer in zip(urls, footers, strict=True)
         ]
@@ -238,7 +254,7 @@ class ParquetFiles:
                     f"{redact_url(model_url)} has {names}: pass columns= to read the ones "
                     "they share"
                 )
-        self.schema = pa.schema([first.field(name) for name in names])
+        return leaves, pa.schema([first.field(name) for name in names])
 
     def raise_unreadable(self) -> None:
         """Raises the error of the first file left out as unreadable, if any (a copy: the
@@ -342,6 +358,7 @@ class ParquetFiles:
     def __getstate__(self) -> dict[str, Any]:
         # pyarrow's metadata objects travel as the footer bytes they were parsed from.
         state = dict(self.__dict__)
+        del state["_lock"]  # each process (each copy) has its own
         if self._footers is not None:
             state["_footers"] = [None if f is None else (f.size, f.tail) for f in self._footers]
         return state
@@ -349,6 +366,7 @@ class ParquetFiles:
     def __setstate__(self, state: dict[str, Any]) -> None:
         footers = state["_footers"]
         self.__dict__.update(state)
+        self._lock = threading.Lock()
         if footers is not None:
             self._footers = [
                 None if footer is None else parse_footer(footer[0], footer[1], redact_url(url))

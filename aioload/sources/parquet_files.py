@@ -16,8 +16,12 @@
   such error fails :meth:`ParquetFiles.load`;
 - the row groups of all files, numbered in order (a *unit*: file 0's row groups, then
   file 1's, ...), with their row counts;
-- :meth:`ParquetFiles.read` of one unit: its columns' chunks by ranged GETs (through the
-  local cache when there is one: each byte range is an entry), decoded.
+- :meth:`ParquetFiles.read` of one unit: its columns' chunks by ranged GETs, decoded.
+  Through the local cache when there is one, where every column chunk of every row
+  group is an entry of its own (and each footer read): what a cache keeps does not
+  depend on which row groups were read together, so an epoch in another order (shuffled
+  row groups, other read-ahead) finds the chunks the last one read. The chunks not kept
+  are still fetched with as few requests as their places allow (neighbours in one).
 
 Example::
 
@@ -50,7 +54,12 @@ from aioload.sources.parquet_footer import (
     parse_footer,
     read_footer_bytes,
 )
-from aioload.sources.parquet_read import leaf_columns, read_row_groups
+from aioload.sources.parquet_read import (
+    Placed,
+    fetch_coalesced,
+    leaf_columns,
+    read_row_groups,
+)
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order, run_blocking
 from aioload.sources.shards import expand_urls
 from aioload.sources.store_reads import read_bytes
@@ -302,10 +311,10 @@ class ParquetFiles:
 
         async def one_file(file: int, groups: list[int]) -> list[pa.Table]:
             url = redact_url(self.urls[file])
-            read = functools.partial(self._read_range, file)
             footer = footers[file]
             assert footer is not None  # a unit's file was read
-            return await read_row_groups(footer, url, groups, self.columns, read)
+            fetch = functools.partial(self._fetch_chunks, file)
+            return await read_row_groups(footer, url, groups, self.columns, fetch)
 
         files = list(by_file)
         results = await asyncio.gather(*(one_file(file, by_file[file]) for file in files))
@@ -316,8 +325,31 @@ class ParquetFiles:
         }
         return [tables[self.units[unit]] for unit in units]
 
-    async def _read_range(self, file: int, first: int, end: int) -> bytes:
-        _, data = await self._read_bytes(file, (first, end))
+    async def _fetch_chunks(self, file: int, chunks: list[tuple[int, int]]) -> Placed:
+        """The bytes of column chunks ``chunks`` of file ``file``: from the store, neighbours
+        in one request; with a local cache, each chunk kept (and found) on its own."""
+        cache = self.cache
+        if cache is None:
+            return await fetch_coalesced(chunks, functools.partial(self._read_from_store, file))
+        url = self.urls[file]
+        location, path = self._location_of(url)
+        identity = entry_identity(redact_url(url), location)
+        name = path.rpartition("/")[2]
+        entries = [(f"{identity} [chunk {a}:{b}]", f"{name}.{a}-{b}") for a, b in chunks]
+
+        async def fetch(numbers: list[int]) -> list[memoryview]:
+            wanted = [chunks[number] for number in numbers]
+            placed = await fetch_coalesced(wanted, functools.partial(self._read_from_store, file))
+            return _cut(placed, wanted)
+
+        found = await cache.read_many(entries, fetch, self.counts)
+        return [(first, data) for (first, _), data in zip(chunks, found, strict=True)]
+
+    async def _read_from_store(self, file: int, first: int, end: int) -> bytes:
+        """Bytes ``first`` to ``end - 1`` of file ``file``, from the store (never the cache)."""
+        location, path = self._location_of(self.urls[file])
+        shown = redact_url(self.urls[file])
+        _, data = await read_bytes(location, path, shown, self.counts, (first, end))
         return data
 
     async def _read_bytes(self, file: int, byte_range: int | tuple[int, int]) -> tuple[int, bytes]:
@@ -372,3 +404,16 @@ class ParquetFiles:
                 None if footer is None else parse_footer(footer[0], footer[1], redact_url(url))
                 for footer, url in zip(footers, state["_urls"], strict=True)
             ]
+
+
+def _cut(placed: Placed, ranges: list[tuple[int, int]]) -> list[memoryview]:
+    """The bytes of each of ``ranges`` (sorted), as views of the ``placed`` parts (sorted,
+    each range within one) that hold them."""
+    views = []
+    parts = iter(placed)
+    start, data = next(parts)
+    for first, end in ranges:
+        while first >= start + len(data):
+            start, data = next(parts)
+        views.append(memoryview(data)[first - start : end - start])
+    return views

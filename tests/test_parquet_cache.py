@@ -106,15 +106,23 @@ def test_chunks_not_cached_are_still_fetched_together(
 
 
 def test_map_style_reads_share_the_chunks_a_stream_kept(
-    table_server: ObjectServer, tmp_path: Path
+    table_server: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from aioload.sources import parquet_read
+
+    # Decoded from exactly the chunks kept or fetched: a read of any other byte fails.
+    monkeypatch.setattr(parquet_read, "STRICT_READS", True)
     cache = tmp_path / "cache"
     stream = IterableParquetDataset(urls(table_server), read_ahead="1MiB", cache_dir=cache)
     assert sorted(epoch_ids(DataLoader(stream, batch_size=64))) == list(range(FILES * ROWS))
     before = served(table_server)
     rows = ParquetDataset(urls(table_server), cache_dir=cache, row_group_cache=0)
-    loader = DataLoader(rows, batch_size=50, shuffle=True, generator=1)
-    assert sorted(epoch_ids(loader)) == list(range(FILES * ROWS))
+    got = []
+    for batch in DataLoader(rows, batch_size=50, shuffle=True, generator=1):
+        for i, score, text in zip(batch["id"], batch["score"], batch["text"], strict=True):
+            assert (score, text) == (i * 0.5, f"row {i} " * (i % 5))
+            got.append(int(i))
+    assert sorted(got) == list(range(FILES * ROWS))
     assert served(table_server) == before  # one row group at a time: the same chunks
 
 

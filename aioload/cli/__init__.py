@@ -9,6 +9,9 @@ Commands:
 - ``aioload stream URL``: reads a user's own objects or shards and reports
   throughput and latency percentiles: how fast can this bucket be read, and
   with which settings?
+- ``aioload index URL...``: writes the ``.idx.json`` index files of existing tar
+  shards (those other tools wrote), in parallel, resumable, so that ranks split
+  them by samples without reading every shard whole.
 
 Exit codes (:data:`EXIT_CODES`): 0 success; 1 an unexpected failure; 2 bad
 arguments (a malformed URL, missing credentials, an unknown option); 3 access
@@ -159,10 +162,11 @@ def _parser() -> argparse.ArgumentParser:
     add_traceback_option(parser, command=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    from aioload.cli import demo, stream  # the commands import the optional extras lazily
+    from aioload.cli import demo, index, stream  # they import the optional extras lazily
 
     demo.add_parser(commands)
     stream.add_parser(commands)
+    index.add_parser(commands)
     # The epilog lists every command with its flags (`aioload COMMAND --help` explains them).
     lines = []
     for command in commands.choices.values():

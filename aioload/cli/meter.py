@@ -39,16 +39,25 @@ class Result:
 class Meter:
     """Counts samples, bytes and waiting time, and redraws a progress line while it runs.
 
-    The line shows samples/s, MB/s and the share of time the consumer waited
-    for data. It uses tqdm when it is installed, a plain ``\\r`` line
-    otherwise, and nothing when ``show`` is false. Call :meth:`waiting` around
-    the wait for the next batch and :meth:`add` once the batch is in.
+    The line shows samples/s (or another ``unit``: shards), MB/s and (with ``waits``)
+    the share of time the consumer waited for data. It uses tqdm when it is installed,
+    a plain ``\\r`` line otherwise, and nothing when ``show`` is false. Call
+    :meth:`waiting` around the wait for the next batch and :meth:`add` once the batch is in.
     """
 
     def __init__(
-        self, name: str, total: int | None, *, show: bool = True, stream: TextIO | None = None
+        self,
+        name: str,
+        total: int | None,
+        *,
+        show: bool = True,
+        stream: TextIO | None = None,
+        unit: str = "samples",
+        waits: bool = True,
     ) -> None:
         self.name = name
+        self.unit = unit
+        self._waits = waits  # whether the line shows the share of time waited for data
         self.total = total
         self.samples = 0
         self.nbytes = 0
@@ -68,7 +77,7 @@ class Meter:
                 self._bar = tqdm(
                     total=total,
                     desc=f"{name:>12}",
-                    unit=" samples",
+                    unit=f" {unit}",
                     file=self._stream,
                     leave=True,
                     dynamic_ncols=True,
@@ -97,10 +106,10 @@ class Meter:
 
     def _describe(self, now: float) -> str:
         elapsed = max(now - self._start, 1e-9)
-        return (
-            f"{self.nbytes / elapsed / 1e6:6.1f} MB/s, "
-            f"waited on data {100 * self.waited / elapsed:3.0f}%"
-        )
+        rate = f"{self.nbytes / elapsed / 1e6:6.1f} MB/s"
+        if not self._waits:
+            return rate
+        return f"{rate}, waited on data {100 * self.waited / elapsed:3.0f}%"
 
     def _draw(self, now: float) -> None:
         if self._bar is not None:
@@ -108,8 +117,9 @@ class Meter:
             return
         elapsed = max(now - self._start, 1e-9)
         line = (
-            f"\r{self.name:>12}: {self.samples} samples, "
-            f"{self.samples / elapsed:7.0f} samples/s, {self._describe(now)}"
+            f"\r{self.name:>12}: {self.samples} {self.unit}"
+            + (f" of {self.total}" if self.total is not None else "")
+            + f", {self.samples / elapsed:7.0f} {self.unit}/s, {self._describe(now)}"
         )
         self._stream.write(line)
         self._stream.flush()

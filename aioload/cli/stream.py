@@ -25,12 +25,12 @@ import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from aioload.cli import EXIT_CODES, CommandError, add_traceback_option, plain_text, run_async
 from aioload.cli.meter import Meter
+from aioload.cli.store_args import add_store_arguments, check_credentials, store_options
 from aioload.urls import redact_url
 
 __all__ = ["TimedObjects", "add_parser", "run", "sample_size"]
@@ -61,9 +61,7 @@ def add_parser(commands: Any) -> None:
         help="reads in flight per event loop (default: the loader's)",
     )
     parser.add_argument("--limit", type=int, default=None, help="stop after N samples")
-    parser.add_argument("--endpoint", help="the store's endpoint, e.g. http://127.0.0.1:8333")
-    parser.add_argument("--region", help="the store's region")
-    parser.add_argument("--anonymous", action="store_true", help="unsigned requests (public data)")
+    add_store_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     add_traceback_option(parser)
@@ -120,9 +118,9 @@ def run(arguments: argparse.Namespace) -> int:
             f"pip install 'aioload-data[s3]' ({cause})",
             2,
         ) from None
-    options = _store_options(arguments)
     url = arguments.url
-    _check_credentials(url, options)
+    options = store_options(arguments, [url])
+    check_credentials(url, options)
     names_shards = url.endswith(".tar") or "{" in url
     shards: list[str] | None = None
     if arguments.format == "tar" or (arguments.format == "auto" and names_shards):
@@ -167,60 +165,6 @@ def run(arguments: argparse.Namespace) -> int:
         report["format_chosen"] = f"auto, {chosen}"
     _print(report, arguments)
     return EXIT_CODES["ok"]
-
-
-def _store_options(arguments: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    scheme = urlsplit(arguments.url).scheme.lower()
-    cloud = scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure")
-    if arguments.endpoint:
-        if not cloud:
-            raise CommandError(
-                f"--endpoint applies to s3://, gs:// and az:// URLs, not {scheme}://", 2
-            )
-        options["endpoint"] = arguments.endpoint
-    if arguments.region:
-        if scheme not in ("s3", "s3a"):
-            raise CommandError("--region applies to s3:// URLs", 2)
-        options["region"] = arguments.region
-    if arguments.anonymous:
-        if not cloud:
-            raise CommandError(f"--anonymous applies to cloud URLs, not {scheme}://", 2)
-        options["skip_signature"] = True
-    return options
-
-
-# What the CLI user sets where aioload.sources would name its Python options.
-_CREDENTIALS_HINT = {
-    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-    "gs": "GOOGLE_APPLICATION_CREDENTIALS (a service-account key file)",
-    "az": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_KEY)",
-}
-_KIND = {"s3a": "s3", "abfs": "az", "abfss": "az", "adl": "az", "azure": "az"}
-
-
-def _check_credentials(url: str, options: dict[str, Any]) -> None:
-    """Fails with the variables and flags a shell user sets when a cloud URL has no credentials.
-
-    It opens the store (no request is sent) as the dataset would; the check is the one of
-    :func:`aioload.sources.open_store`, whose message names its Python options.
-    """
-    from aioload.sources import expand_urls, open_store
-
-    scheme = urlsplit(url).scheme.lower()
-    kind = _KIND.get(scheme, scheme)
-    if kind not in _CREDENTIALS_HINT:
-        return
-    try:
-        open_store(expand_urls(url)[0] if "{" in url else url, **options)
-    except ValueError as error:
-        if "no credentials" not in str(error):
-            raise
-        raise CommandError(
-            f"{redact_url(url)}: no credentials: set {_CREDENTIALS_HINT[kind]} in the "
-            "environment, or pass --anonymous to read public data unsigned",
-            EXIT_CODES["usage"],
-        ) from error
 
 
 def _prefix(url: str) -> str:

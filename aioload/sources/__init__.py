@@ -51,6 +51,7 @@ except ImportError as error:  # pragma: no cover - depends on the installation
 from aioload.errors import ParquetFormatError, TarFormatError
 from aioload.sources.cache import LocalCache
 from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
+from aioload.sources.index_shards import IndexOutcome, index_shards
 from aioload.sources.jsonl import JsonLinesDataset
 from aioload.sources.listing_shuffle import ShuffledListing
 from aioload.sources.mix import MixDataset
@@ -85,6 +86,7 @@ __all__ = [
     "ArrowRows",
     "DecodeError",
     "Decoder",
+    "IndexOutcome",
     "IterableParquetDataset",
     "JsonLinesDataset",
     "LocalCache",
@@ -106,6 +108,7 @@ __all__ = [
     "decode_image",
     "default_decode",
     "expand_urls",
+    "index_shards",
     "is_transient",
     "open_store",
     "parse_size",

@@ -26,10 +26,11 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from aioload.urls import redact_url
 
-__all__ = ["expand_braces"]
+__all__ = ["brace_pattern", "expand_braces"]
 
 _INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$")
 _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$")
@@ -178,3 +179,41 @@ def _counted(first: int, last: int, step: str | None) -> range:
     by = abs(int(step)) if step else 1
     by = by or 1
     return range(first, last + 1, by) if first <= last else range(first, last - 1, -by)
+
+
+def brace_pattern(strings: Sequence[str]) -> str | None:
+    """A pattern ``prefix{N..M}suffix`` that expands to exactly ``strings``, else None.
+
+    What names a numbered run of shards in a message (a command to copy): the strings
+    must differ only by a number counting up by one, zero-padded alike (or not at all).
+
+    Example::
+
+        >>> brace_pattern(["s3://b/train-08.tar", "s3://b/train-09.tar", "s3://b/train-10.tar"])
+        's3://b/train-{08..10}.tar'
+        >>> brace_pattern(["a-1.tar", "a-3.tar"]) is None
+        True
+    """
+    if not strings or any(char in text for text in strings for char in "{},\\"):
+        return None
+    if len(strings) == 1:
+        return strings[0]
+    prefix = _common_start(list(strings)).rstrip("0123456789")
+    suffix = _common_start([text[::-1] for text in strings])[::-1].lstrip("0123456789")
+    if len(prefix) + len(suffix) > min(len(text) for text in strings):
+        return None
+    first = strings[0][len(prefix) : len(strings[0]) - len(suffix)]
+    last = strings[-1][len(prefix) : len(strings[-1]) - len(suffix)]
+    if not (first.isdigit() and last.isdigit()):
+        return None
+    pattern = f"{prefix}{{{first}..{last}}}{suffix}"
+    return pattern if expand_braces(pattern) == list(strings) else None
+
+
+def _common_start(strings: list[str]) -> str:
+    """The characters every one of ``strings`` starts with."""
+    shortest = min(strings, key=len)
+    for position, char in enumerate(shortest):
+        if any(text[position] != char for text in strings):
+            return shortest[:position]
+    return shortest

@@ -11,6 +11,10 @@ read the file and send the store no request.
   not the reader's, so two readers waiting on each other's shards (several
   shards in flight, two processes) never block each other. Once complete,
   the file is fsynced and renamed into place (:mod:`.cache_folder`).
+- **Small entries, fetched together.** :meth:`LocalCache.read` reads one small object
+  (an object of an ``ObjectDataset``, a Parquet footer); :meth:`LocalCache.read_many`
+  several (a Parquet read's column chunks): those not kept are fetched with one call, so
+  that neighbours share a request, and each is kept as an entry of its own.
 - **One download per entry.** The process that downloads an entry holds its
   lock file; another reader of the same entry (another worker or process)
   waits for that download, then reads the file. A waiter whose writer makes
@@ -49,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +66,7 @@ from aioload.sources.sizes import parse_size
 if TYPE_CHECKING:
     from aioload.sources.stores import StoreLocation
 
-__all__ = ["WAIT_STALL", "LocalCache", "Opener", "entry_identity"]
+__all__ = ["WAIT_STALL", "Buffer", "LocalCache", "Opener", "entry_identity"]
 
 READ_CHUNK = 1 << 20  # bytes handed on at a time from a cached file
 # A reader that stops this close to the end still has the entry kept: a tar reader stops at
@@ -75,7 +79,10 @@ _POLL_FIRST, _POLL_MOST = 0.005, 0.1  # seconds between looks at an entry someon
 Opener = Callable[[int], Awaitable[tuple[int, AsyncIterator[bytes]]]]
 """``open(offset)``: the object's size and an iterator of its bytes from ``offset`` on."""
 
-_HIT, _MISS, _BYPASS = "hit", "miss", "bypass"
+_HIT, _MISS, _BYPASS, _BUSY = "hit", "miss", "bypass", "busy"
+
+Buffer = bytes | memoryview
+"""The bytes of an entry: as read from the cache, or as fetched (a view of a larger read)."""
 
 
 def entry_identity(url: str, location: StoreLocation) -> str:
@@ -205,10 +212,78 @@ class LocalCache:
             return await fetch()
         try:
             data = await fetch()
-            await self._keep(files, data)
+            await self._keep([(files, data)])
         finally:
             self._folder.unlock_entry(files, fd)
         return data
+
+    async def read_many(
+        self,
+        entries: Sequence[tuple[str, str]],
+        fetch: Callable[[list[int]], Awaitable[Sequence[Buffer]]],
+        counter: SourceCounter,
+    ) -> list[Buffer]:
+        """The bytes of several small entries: each from the cache, or fetched and kept.
+
+        What is not in the cache is fetched with one call, so that neighbours can share
+        a request (a Parquet file's column chunks, fetched as coalesced ranges), and
+        each entry is kept on its own. An entry another reader is writing is waited for
+        after this call's own are kept (no reader waits while it holds an entry another
+        waits for).
+
+        Args:
+            entries: ``(identity, name)`` of each entry (see :meth:`read`).
+            fetch: ``fetch(numbers)``: the bytes of the entries ``numbers`` (positions
+                in ``entries``, in order) from the store, in that order.
+            counter: counts a hit or a miss per entry.
+
+        Example::
+
+            chunks = await cache.read_many(
+                [(f"{url} [{a}:{b}]", name) for a, b in ranges],
+                fetch_ranges, counts)
+        """
+        folder = self._folder
+        files = [folder.files(identity, name) for identity, name in entries]
+        found: list[Buffer | None] = [None] * len(entries)
+        locks: dict[int, int] = {}  # the entries this call writes: their locks
+        unkept: list[int] = []  # fetched, not kept (the folder is unusable)
+        busy: list[int] = []  # another reader writes them
+        try:
+            for number, entry in enumerate(files):
+                kind, fd = self._try_claim(entry)
+                if kind == _HIT:
+                    counter.hit()
+                    try:
+                        found[number] = _read_all(fd)
+                    finally:
+                        os.close(fd)
+                elif kind == _MISS:
+                    locks[number] = fd
+                elif kind == _BYPASS:
+                    unkept.append(number)
+                else:
+                    busy.append(number)
+            missed = sorted([*locks, *unkept])
+            if missed:
+                for _ in missed:
+                    counter.miss()
+                fetched = dict(zip(missed, await fetch(missed), strict=True))
+                for number, data in fetched.items():
+                    found[number] = data
+                await self._keep([(files[number], fetched[number]) for number in locks])
+        finally:
+            for number, lock in locks.items():
+                folder.unlock_entry(files[number], lock)
+        for number in busy:
+            identity, name = entries[number]
+
+            async def one(number: int = number) -> bytes:
+                (data,) = await fetch([number])
+                return bytes(data)
+
+            found[number] = await self.read(identity, name, one, counter)
+        return found  # type: ignore[return-value]  # every entry is filled
 
     # -- claiming an entry ----------------------------------------------------
 
@@ -225,20 +300,9 @@ class LocalCache:
         progress: int | None = None
         since = time.monotonic()
         while True:
-            fd = folder.open_entry(files)
-            if fd is not None:
-                return _HIT, fd
-            lock = folder.lock_entry(files)
-            if lock is not None:
-                try:
-                    fd = folder.open_entry(files)  # written while we looked?
-                except BaseException:
-                    folder.unlock_entry(files, lock)
-                    raise
-                if fd is None:
-                    return _MISS, lock
-                folder.unlock_entry(files, lock)
-                return _HIT, fd
+            kind, fd = self._try_claim_in_folder(files)
+            if kind != _BUSY:
+                return kind, fd
             # Another reader is writing it: wait for it, as long as it makes progress.
             now = time.monotonic()
             written = folder.writing_since(files)
@@ -248,6 +312,31 @@ class LocalCache:
                 return _BYPASS, -1
             await asyncio.sleep(delay)
             delay = min(2 * delay, _POLL_MOST)
+
+    def _try_claim(self, files: EntryFiles) -> tuple[str, int]:
+        """Hit, miss or bypass as :meth:`_claim`, or busy (another reader writes it) at once."""
+        try:
+            return self._try_claim_in_folder(files)
+        except OSError:
+            return _BYPASS, -1
+
+    def _try_claim_in_folder(self, files: EntryFiles) -> tuple[str, int]:
+        folder = self._folder
+        fd = folder.open_entry(files)
+        if fd is not None:
+            return _HIT, fd
+        lock = folder.lock_entry(files)
+        if lock is None:
+            return _BUSY, -1
+        try:
+            fd = folder.open_entry(files)  # written while we looked?
+        except BaseException:
+            folder.unlock_entry(files, lock)
+            raise
+        if fd is None:
+            return _MISS, lock
+        folder.unlock_entry(files, lock)
+        return _HIT, fd
 
     # -- a miss -------------------------------------------------------------------
 
@@ -318,27 +407,41 @@ class LocalCache:
             with anyio.CancelScope(shield=True):
                 await asyncio.wait([task])
 
-    async def _keep(self, files: EntryFiles, data: bytes) -> None:
-        """Writes a fetched object into the cache (as its writer); a failure only skips it."""
+    async def _keep(self, fetched: Sequence[tuple[EntryFiles, Buffer]]) -> None:
+        """Writes fetched objects into the cache (as their writer), fsynced together; a
+        failure only leaves an entry out (the read itself succeeded)."""
         folder = self._folder
+        written: list[tuple[EntryFiles, int, int]] = []  # files, .part, size
+        committed: set[int] = set()
         try:
-            part = folder.reserve(files, len(data))
-        except OSError:
-            return
-        if part is None:
-            return
-        kept = False
-        try:
-            _write_all(part, data, 0)
-            await _fsync(part)
-            folder.commit(files)
-            kept = True
-        except OSError:
-            pass  # not kept; the read itself succeeded
+            for files, data in fetched:
+                size = len(data)
+                try:
+                    part = folder.reserve(files, size)
+                except OSError:
+                    continue
+                if part is None:
+                    continue
+                try:
+                    _write_all(part, data, 0)
+                except OSError:
+                    os.close(part)
+                    folder.abandon(files, size)
+                    continue
+                written.append((files, part, size))
+            synced = await _fsync_all([part for _, part, _ in written])
+            for number, (files, _, _) in enumerate(written):
+                if synced[number]:
+                    try:
+                        folder.commit(files)
+                    except OSError:
+                        continue
+                    committed.add(number)
         finally:
-            os.close(part)
-            if not kept:
-                folder.abandon(files, len(data))
+            for number, (files, part, size) in enumerate(written):
+                os.close(part)
+                if number not in committed:
+                    folder.abandon(files, size)
 
     def __repr__(self) -> str:
         return f"LocalCache({self.folder!r}, limit={self.limit!r})"
@@ -417,7 +520,29 @@ async def _fsync(fd: int) -> None:
     await asyncio.to_thread(sync)
 
 
-def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+async def _fsync_all(fds: Sequence[int]) -> list[bool]:
+    """fsyncs every file, in one thread (each on a descriptor of its own, as :func:`_fsync`);
+    whether each succeeded."""
+    if not fds:
+        return []
+    own = [os.dup(fd) for fd in fds]
+
+    def sync() -> list[bool]:
+        done = []
+        for fd in own:
+            try:
+                os.fsync(fd)
+                done.append(True)
+            except OSError:
+                done.append(False)
+            finally:
+                os.close(fd)
+        return done
+
+    return await asyncio.to_thread(sync)
+
+
+def _write_all(fd: int, data: Buffer, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)

@@ -16,8 +16,12 @@
   such error fails :meth:`ParquetFiles.load`;
 - the row groups of all files, numbered in order (a *unit*: file 0's row groups, then
   file 1's, ...), with their row counts;
-- :meth:`ParquetFiles.read` of one unit: its columns' chunks by ranged GETs (through the
-  local cache when there is one: each byte range is an entry), decoded.
+- :meth:`ParquetFiles.read` of one unit: its columns' chunks by ranged GETs, decoded.
+  Through the local cache when there is one, where every column chunk of every row
+  group is an entry of its own (and each footer read): what a cache keeps does not
+  depend on which row groups were read together, so an epoch in another order (shuffled
+  row groups, other read-ahead) finds the chunks the last one read. The chunks not kept
+  are still fetched with as few requests as their places allow (neighbours in one).
 
 Example::
 
@@ -33,6 +37,7 @@ import copy
 import functools
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,7 +54,12 @@ from aioload.sources.parquet_footer import (
     parse_footer,
     read_footer_bytes,
 )
-from aioload.sources.parquet_read import leaf_columns, read_row_groups
+from aioload.sources.parquet_read import (
+    Placed,
+    fetch_coalesced,
+    leaf_columns,
+    read_row_groups,
+)
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order, run_blocking
 from aioload.sources.shards import expand_urls
 from aioload.sources.store_reads import read_bytes
@@ -125,6 +135,7 @@ class ParquetFiles:
         # File number -> why its footer cannot be read (with skip_unreadable): no units.
         self.unreadable: dict[int, Exception] = {}
         self._footers: list[Footer | None] | None = None
+        self._lock = threading.Lock()  # what load() sets, set once by whichever loop is first
         self._leaves: list[list[int]] = []
         self.schema: pa.Schema | None = None
         self.units: list[tuple[int, int]] = []  # (file, row group) of every unit
@@ -161,28 +172,28 @@ class ParquetFiles:
         return self
 
     async def load(self) -> None:
-        """Lists a prefix's files and reads every footer, once; checks the columns."""
+        """Lists a prefix's files and reads every footer, once; checks the columns.
+
+        Loop-safe: loaders on several event loops (threads) may load one instance at
+        once; each reads the footers, and the first to finish sets what every one uses.
+        """
         if self._footers is not None:
             return
         if self._urls is None:
-            self._urls = await self._list()
+            listed = await self._list()
+            with self._lock:
+                if self._urls is None:  # another loop's listing may have been first
+                    self._urls = listed
+        urls = self.urls
         read = self._footer_or_error if self.skip_unreadable else self._read_footer
         found = await in_order(
-            [functools.partial(read, i) for i in range(len(self._urls))], INDEX_CONCURRENCY
+            [functools.partial(read, i) for i in range(len(urls))], INDEX_CONCURRENCY
         )
         unreadable = {i: error for i, error in enumerate(found) if isinstance(error, Exception)}
         if len(unreadable) == len(found):
             raise copy.copy(unreadable[0])  # nothing to read at all: no schema, no rows
         footers = [None if isinstance(footer, Exception) else footer for footer in found]
-        if unreadable:
-            logger.warning(
-                "%d of %d Parquet files cannot be read and are left out (%s): %s",
-                len(unreadable),
-                len(found),
-                ", ".join(redact_url(self._urls[i]) for i in list(unreadable)[:3]),
-                next(iter(unreadable.values())),
-            )
-        self._check_schemas(footers)
+        leaves, schema = self._check_schemas(footers)
         units = [
             (f, g)
             for f, footer in enumerate(footers)
@@ -191,14 +202,27 @@ class ParquetFiles:
         ]
         readable: list[Footer] = footers  # type: ignore[assignment]  # at the units' files
         rows = np.array([readable[f].row_counts[g] for f, g in units], dtype=np.int64)
-        self.units, self.unit_rows = units, rows
-        self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-        self.unit_bytes = [
-            sum(chunk.end - chunk.first for chunk in readable[f].chunks(g, self._leaves[f]))
+        unit_bytes = [
+            sum(chunk.end - chunk.first for chunk in readable[f].chunks(g, leaves[f]))
             for f, g in units
         ]
-        self.unreadable = unreadable
-        self._footers = footers
+        with self._lock:
+            if self._footers is not None:
+                return  # another loop loaded them first: its footers are the ones in use
+            self._leaves, self.schema = leaves, schema
+            self.units, self.unit_rows = units, rows
+            self.unit_starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+            self.unit_bytes = unit_bytes
+            self.unreadable = unreadable
+            self._footers = footers  # last: what tells every reader the rest is set
+        if unreadable:
+            logger.warning(
+                "%d of %d Parquet files cannot be read and are left out (%s): %s",
+                len(unreadable),
+                len(found),
+                ", ".join(redact_url(urls[i]) for i in list(unreadable)[:3]),
+                next(iter(unreadable.values())),
+            )
 
     async def _list(self) -> list[str]:
         assert self.prefix is not None
@@ -213,14 +237,15 @@ class ParquetFiles:
             )
         return urls
 
-    def _check_schemas(self, footers: list[Footer | None]) -> None:
-        """Checks the columns against every readable file (the first one is the model)."""
+    def _check_schemas(self, footers: list[Footer | None]) -> tuple[list[list[int]], pa.Schema]:
+        """Checks the columns against every readable file (the first one is the model);
+        returns every file's leaf columns to read and the schema of the columns read."""
         urls = self.urls
         readable = [(url, f) for url, f in zip(urls, footers, strict=True) if f is not None]
         model_url, model = readable[0]
         first = model.schema
         names = self.columns if self.columns is not None else list(first.names)
-        self._leaves = [
+        leaves = [
             [] if footer is None else leaf_columns(footer, names, redact_url(url))
             for url, footer in zip(urls, footers, strict=True)
         ]
@@ -238,7 +263,7 @@ class ParquetFiles:
                     f"{redact_url(model_url)} has {names}: pass columns= to read the ones "
                     "they share"
                 )
-        self.schema = pa.schema([first.field(name) for name in names])
+        return leaves, pa.schema([first.field(name) for name in names])
 
     def raise_unreadable(self) -> None:
         """Raises the error of the first file left out as unreadable, if any (a copy: the
@@ -286,10 +311,10 @@ class ParquetFiles:
 
         async def one_file(file: int, groups: list[int]) -> list[pa.Table]:
             url = redact_url(self.urls[file])
-            read = functools.partial(self._read_range, file)
             footer = footers[file]
             assert footer is not None  # a unit's file was read
-            return await read_row_groups(footer, url, groups, self.columns, read)
+            fetch = functools.partial(self._fetch_chunks, file)
+            return await read_row_groups(footer, url, groups, self.columns, fetch)
 
         files = list(by_file)
         results = await asyncio.gather(*(one_file(file, by_file[file]) for file in files))
@@ -300,8 +325,31 @@ class ParquetFiles:
         }
         return [tables[self.units[unit]] for unit in units]
 
-    async def _read_range(self, file: int, first: int, end: int) -> bytes:
-        _, data = await self._read_bytes(file, (first, end))
+    async def _fetch_chunks(self, file: int, chunks: list[tuple[int, int]]) -> Placed:
+        """The bytes of column chunks ``chunks`` of file ``file``: from the store, neighbours
+        in one request; with a local cache, each chunk kept (and found) on its own."""
+        cache = self.cache
+        if cache is None:
+            return await fetch_coalesced(chunks, functools.partial(self._read_from_store, file))
+        url = self.urls[file]
+        location, path = self._location_of(url)
+        identity = entry_identity(redact_url(url), location)
+        name = path.rpartition("/")[2]
+        entries = [(f"{identity} [chunk {a}:{b}]", f"{name}.{a}-{b}") for a, b in chunks]
+
+        async def fetch(numbers: list[int]) -> list[memoryview]:
+            wanted = [chunks[number] for number in numbers]
+            placed = await fetch_coalesced(wanted, functools.partial(self._read_from_store, file))
+            return _cut(placed, wanted)
+
+        found = await cache.read_many(entries, fetch, self.counts)
+        return [(first, data) for (first, _), data in zip(chunks, found, strict=True)]
+
+    async def _read_from_store(self, file: int, first: int, end: int) -> bytes:
+        """Bytes ``first`` to ``end - 1`` of file ``file``, from the store (never the cache)."""
+        location, path = self._location_of(self.urls[file])
+        shown = redact_url(self.urls[file])
+        _, data = await read_bytes(location, path, shown, self.counts, (first, end))
         return data
 
     async def _read_bytes(self, file: int, byte_range: int | tuple[int, int]) -> tuple[int, bytes]:
@@ -342,6 +390,7 @@ class ParquetFiles:
     def __getstate__(self) -> dict[str, Any]:
         # pyarrow's metadata objects travel as the footer bytes they were parsed from.
         state = dict(self.__dict__)
+        del state["_lock"]  # each process (each copy) has its own
         if self._footers is not None:
             state["_footers"] = [None if f is None else (f.size, f.tail) for f in self._footers]
         return state
@@ -349,8 +398,22 @@ class ParquetFiles:
     def __setstate__(self, state: dict[str, Any]) -> None:
         footers = state["_footers"]
         self.__dict__.update(state)
+        self._lock = threading.Lock()
         if footers is not None:
             self._footers = [
                 None if footer is None else parse_footer(footer[0], footer[1], redact_url(url))
                 for footer, url in zip(footers, state["_urls"], strict=True)
             ]
+
+
+def _cut(placed: Placed, ranges: list[tuple[int, int]]) -> list[memoryview]:
+    """The bytes of each of ``ranges`` (sorted), as views of the ``placed`` parts (sorted,
+    each range within one) that hold them."""
+    views = []
+    parts = iter(placed)
+    start, data = next(parts)
+    for first, end in ranges:
+        while first >= start + len(data):
+            start, data = next(parts)
+        views.append(memoryview(data)[first - start : end - start])
+    return views

@@ -1,10 +1,13 @@
 """Reading some columns of one row group: ranged GETs of their chunks, decoded by pyarrow.
 
-:func:`read_row_groups` asks the store only for the column chunks of the requested
-columns of some row groups of a file (neighbours closer than :data:`COALESCE_GAP` in one
-request, several requests in flight), and hands them to pyarrow's Parquet reader in a
-sparse in-memory file (a memfd holding only the bytes fetched, at their offsets), which
-pyarrow reads natively, in a thread: the event loop goes on while it decodes.
+:func:`read_row_groups` asks only for the column chunks of the requested columns of some
+row groups of a file (:func:`chunk_ranges`), through a :data:`FetchChunks` that gets them
+from the store — neighbours closer than :data:`COALESCE_GAP` in one request, several
+requests in flight (:func:`fetch_coalesced`) — or from a local cache that keeps each chunk
+on its own (:class:`~aioload.sources.parquet_files.ParquetFiles`), and hands them to
+pyarrow's Parquet reader in a sparse in-memory file (a memfd holding only the bytes
+fetched, at their offsets), which pyarrow reads natively, in a thread: the event loop goes
+on while it decodes.
 
 pyarrow reads exactly the column chunks the footer places, which is what was fetched (the
 footer was checked against the file's size before: :mod:`aioload.sources.parquet_footer`),
@@ -14,7 +17,8 @@ to keep that true.
 
 Example::
 
-    tables = await read_row_groups(footer, url, [3, 4], ["text", "label"], fetch)
+    fetch_chunks = functools.partial(fetch_coalesced, fetch=fetch)  # fetch(first, end) -> bytes
+    tables = await read_row_groups(footer, url, [3, 4], ["text", "label"], fetch_chunks)
 """
 
 from __future__ import annotations
@@ -29,7 +33,18 @@ import pyarrow.parquet as pq
 
 from aioload.sources.parquet_footer import Footer, ParquetFormatError, PartialFile
 
-__all__ = ["COALESCE_GAP", "leaf_columns", "plan_ranges", "read_row_groups"]
+__all__ = [
+    "COALESCE_GAP",
+    "Fetch",
+    "FetchChunks",
+    "Placed",
+    "chunk_ranges",
+    "coalesce",
+    "fetch_coalesced",
+    "leaf_columns",
+    "plan_ranges",
+    "read_row_groups",
+]
 
 COALESCE_GAP = 256 << 10
 """Column chunks closer than this are fetched with one request (the bytes between too)."""
@@ -38,6 +53,12 @@ _OLD_WRITER_PAD = 100  # pyarrow reads this past a chunk for files of old parque
 
 Fetch = Callable[[int, int], Awaitable[bytes]]
 """Reads bytes ``first`` to ``end - 1`` of the file."""
+
+Placed = list[tuple[int, bytes | memoryview]]
+"""Bytes of a file at their offsets: ``(first, data)`` holds bytes ``first`` on."""
+
+FetchChunks = Callable[[list[tuple[int, int]]], Awaitable[Placed]]
+"""Gets the bytes of every range ``(first, end)`` given (each within one part returned)."""
 
 
 def leaf_columns(footer: Footer, columns: Sequence[str] | None, url: str) -> list[int]:
@@ -92,43 +113,72 @@ def _leaf_count(kind: pa.DataType) -> int:
     return 1
 
 
+def chunk_ranges(
+    footer: Footer, row_groups: Sequence[int], leaves: list[int]
+) -> list[tuple[int, int]]:
+    """The byte range of each column chunk ``leaves`` of ``row_groups``, in file order.
+
+    A chunk's range does not depend on what else is read with it: what a cache keeps a
+    chunk under (a shuffled epoch asks for the same chunks in other company).
+    """
+    data_end = footer.size - len(footer.tail)
+    chunks = {
+        (chunk.first, min(chunk.end + _OLD_WRITER_PAD, data_end))
+        for group in row_groups
+        for chunk in footer.chunks(group, leaves)
+    }
+    return sorted(chunks)
+
+
+def coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` (sorted by their first byte) merged where closer than :data:`COALESCE_GAP`."""
+    merged: list[tuple[int, int]] = []
+    for first, end in ranges:
+        if merged and first - merged[-1][1] <= COALESCE_GAP:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((first, end))
+    return merged
+
+
 def plan_ranges(
     footer: Footer, row_groups: Sequence[int], leaves: list[int]
 ) -> list[tuple[int, int]]:
     """The byte ranges to fetch for ``leaves`` of ``row_groups``: chunks, merged when close."""
-    data_end = footer.size - len(footer.tail)
-    chunks = [chunk for group in row_groups for chunk in footer.chunks(group, leaves)]
-    ranges: list[tuple[int, int]] = []
-    for chunk in sorted(chunks, key=lambda chunk: chunk.first):
-        first, end = chunk.first, min(chunk.end + _OLD_WRITER_PAD, data_end)
-        if ranges and first - ranges[-1][1] <= COALESCE_GAP:
-            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
-        else:
-            ranges.append((first, end))
-    return ranges
+    return coalesce(chunk_ranges(footer, row_groups, leaves))
+
+
+async def fetch_coalesced(ranges: Sequence[tuple[int, int]], fetch: Fetch) -> Placed:
+    """The bytes of ``ranges`` (sorted), neighbours fetched together: one request each
+    merged range (see :func:`coalesce`), all at once."""
+    merged = coalesce(ranges)
+    parts = await asyncio.gather(*(fetch(first, end) for first, end in merged))
+    return list(zip((first for first, _ in merged), parts, strict=True))
 
 
 async def read_row_groups(
-    footer: Footer, url: str, row_groups: Sequence[int], columns: Sequence[str] | None, fetch: Fetch
+    footer: Footer,
+    url: str,
+    row_groups: Sequence[int],
+    columns: Sequence[str] | None,
+    fetch_chunks: FetchChunks,
 ) -> list[pa.Table]:
     """The ``columns`` (all: None) of each of ``row_groups`` (of one file), as Arrow tables.
 
-    Their column chunks are fetched together (neighbours in one request), then decoded
-    one row group after the other in a thread.
+    Their column chunks (:func:`chunk_ranges`) are got together through ``fetch_chunks``,
+    then decoded one row group after the other in a thread.
 
     Raises:
         ParquetFormatError: the chunks are not where the footer says, or pyarrow cannot
             decode them (its error chained); the message names the file and row group.
     """
     leaves = leaf_columns(footer, columns, url)
-    ranges = plan_ranges(footer, row_groups, leaves)
-    parts = await asyncio.gather(*(fetch(first, end) for first, end in ranges))
-    placed = list(zip((first for first, _ in ranges), parts, strict=True))
+    placed = await fetch_chunks(chunk_ranges(footer, row_groups, leaves))
     return await asyncio.to_thread(_decode_all, placed, footer, url, row_groups, columns)
 
 
 def _decode_all(
-    placed: list[tuple[int, bytes]],
+    placed: Placed,
     footer: Footer,
     url: str,
     row_groups: Sequence[int],
@@ -145,7 +195,7 @@ def _decode_all(
         close()
 
 
-def _source(footer: Footer, placed: list[tuple[int, bytes]]) -> tuple[Any, Callable[[], None]]:
+def _source(footer: Footer, placed: Placed) -> tuple[Any, Callable[[], None]]:
     """What pyarrow reads the fetched bytes from, and how to let it go.
 
     A sparse in-memory file (a memfd: the bytes fetched written at their offsets, nothing
@@ -167,7 +217,7 @@ def _source(footer: Footer, placed: list[tuple[int, bytes]]) -> tuple[Any, Calla
     return source, source.close
 
 
-def _write_all(fd: int, data: bytes, offset: int) -> None:
+def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
@@ -216,8 +266,9 @@ class _Outside(OSError):
         self.first, self.end = first, end
 
 
-def _fetched(footer: Footer, parts: list[tuple[int, bytes]]) -> PartialFile:
+def _fetched(footer: Footer, parts: Placed) -> PartialFile:
     """The file of ``footer`` as far as ``parts`` (and the footer) know it: a read of any
     other byte raises :class:`_Outside`."""
-    known = [*parts, (footer.size - len(footer.tail), footer.tail)]
+    known = [(first, bytes(data)) for first, data in parts]
+    known.append((footer.size - len(footer.tail), footer.tail))
     return PartialFile(footer.size, known, _Outside)

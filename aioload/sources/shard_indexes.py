@@ -4,17 +4,20 @@
 checked by :meth:`~aioload.sources.shard_index.ShardIndex.from_json`); a shard without
 one is read whole, once, and its index built from its tar headers
 (:func:`~aioload.sources.tar_scan.scan_tar`): that costs the shard's full download,
-which is why :class:`~aioload.sources.ShardWriter` writes index files and
+which is why :class:`~aioload.sources.ShardWriter` writes index files, ``aioload index
+URL...`` writes them for existing shards (:mod:`aioload.sources.index_shards`), and
 :meth:`~aioload.sources.ShardDataset.write_indexes` puts the built ones beside their
-shards for every later run. :func:`in_order` runs such reads concurrently (a listing of
-thousands of shards is thousands of round trips) and :func:`run_blocking` runs them from
-sync code (``len(dataset)``), also where an event loop is already running.
+shards for every later run. :class:`MissingIndexes` warns before the first such read,
+naming the command that writes the files. :func:`in_order` runs such reads concurrently
+(a listing of thousands of shards is thousands of round trips) and :func:`run_blocking`
+runs them from sync code (``len(dataset)``), also where an event loop is already running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -23,14 +26,18 @@ from typing import Any, TypeVar
 import obstore
 
 from aioload.eventloop import new_event_loop
+from aioload.sources.braces import brace_pattern
 from aioload.sources.shard_index import INDEX_SUFFIX, ShardIndex
 from aioload.sources.stores import StoreLocation, raise_translated, translate
 from aioload.sources.tar_scan import scan_tar
+from aioload.urls import redact_url
 
 __all__ = [
     "INDEX_CONCURRENCY",
+    "MissingIndexes",
     "find_index",
     "in_order",
+    "index_command",
     "put_index",
     "read_index_file",
     "run_blocking",
@@ -74,6 +81,7 @@ async def find_index(
     open_shard: Callable[[], AsyncIterator[bytes]],
     *,
     build: bool = False,
+    missing: MissingIndexes | None = None,
 ) -> tuple[ShardIndex, bool]:
     """A shard's index, and whether it was built by reading the shard (no index file).
 
@@ -83,11 +91,14 @@ async def find_index(
         url: the shard's URL, for messages (redacted).
         open_shard: the shard's bytes as an async generator (read only when needed).
         build: build it from the shard even where an index file exists.
+        missing: told before the shard is read whole for want of its index file.
     """
     if not build:
         index = await read_index_file(location, path, url)
         if index is not None:
             return index, False
+        if missing is not None:
+            missing.before_build(url)
     async with aclosing(open_shard()) as chunks:  # type: ignore[type-var]
         return await scan_tar(chunks, url), True
 
@@ -102,17 +113,69 @@ async def put_index(location: StoreLocation, path: str, url: str, index: ShardIn
     return where
 
 
-def warn_built(built: Sequence[str], total: int) -> None:
+def index_command(urls: Sequence[str]) -> str:
+    """The ``aioload index`` command line that writes the index files of shards ``urls``.
+
+    Their brace pattern when they are a numbered run, else their folder (``aioload index``
+    lists a prefix's shards), else the first of them; passwords shown as ``***``.
+
+    Example::
+
+        >>> index_command(["s3://b/train-0.tar", "s3://b/train-1.tar"])
+        "aioload index 's3://b/train-{0..1}.tar'"
+    """
+    shown = [redact_url(url) for url in urls]
+    named = brace_pattern(shown)
+    if named is None:
+        folders = {url.rpartition("/")[0] for url in shown}
+        named = f"{folders.pop()}/" if len(folders) == 1 else f"{shown[0]} ..."
+    return f"aioload index {shlex.quote(named) if ' ' not in named else named}"
+
+
+class MissingIndexes:
+    """Warns once, before the first shard of ``urls`` read whole for want of its index
+    file (logger ``aioload``), naming the command that writes the files
+    (:func:`index_command`). Safe to share between loops and threads.
+
+    Example::
+
+        missing = MissingIndexes(dataset.urls)
+        index, built = await find_index(location, path, url, stream, missing=missing)
+    """
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self._urls = list(urls)
+        self._lock = threading.Lock()
+        self.warned = False
+
+    def before_build(self, url: str) -> None:
+        """Shard ``url`` has no index file and is about to be read whole."""
+        with self._lock:
+            if self.warned:
+                return
+            self.warned = True
+        logger.warning(
+            "%s has no index file (%s): reading it whole to build its index, as every "
+            "shard without one is read, in every rank and worker, each run (the split of "
+            "samples between ranks needs the indexes). Write the index files once: %s",
+            url,
+            url.rpartition("/")[2] + INDEX_SUFFIX,
+            index_command(self._urls),
+        )
+
+
+def warn_built(built: Sequence[str], total: int, urls: Sequence[str] = ()) -> None:
     """Logs, once per load, that shards were read whole for want of an index file."""
     if built:
         logger.warning(
             "%d of %d shards have no index file (%s%s): their indexes were built by reading "
-            "them whole; write the index files once (await dataset.write_indexes(), or "
+            "them whole; write the index files once (%s, await dataset.write_indexes(), or "
             "ShardWriter, which writes them) so that ranks and workers read those instead",
             len(built),
             total,
             built[0],
             ", ..." if len(built) > 1 else "",
+            index_command(urls or built),
         )
 
 

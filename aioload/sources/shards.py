@@ -84,6 +84,7 @@ from aioload.sources.shard_faults import decoded, guarded_runs
 from aioload.sources.shard_index import ShardIndex
 from aioload.sources.shard_indexes import (
     INDEX_CONCURRENCY,
+    MissingIndexes,
     find_index,
     in_order,
     put_index,
@@ -460,8 +461,9 @@ class ShardDataset(IterableDataset[Any]):
 
         An index comes from the file beside its shard (``<shard>.idx.json``, as
         :class:`~aioload.sources.ShardWriter` writes it), checked; a shard without
-        one is read whole and its index built from its tar headers (logged as a
-        warning: it costs the shard's download; :meth:`write_indexes` saves them).
+        one is read whole and its index built from its tar headers (a warning is logged
+        before the first such read, naming the ``aioload index`` command that writes
+        the files: it costs the shard's download; :meth:`write_indexes` saves them too).
         Loaded before an epoch starts its worker processes (by ``len(loader)``, or
         this call), the indexes travel to the workers with the dataset; otherwise
         every worker loads them itself.
@@ -471,12 +473,15 @@ class ShardDataset(IterableDataset[Any]):
             FileNotFoundError, ...: a shard (or index file) that cannot be read.
         """
         if self._indexes is None:
+            missing = MissingIndexes(self.urls)  # warns before the first shard read whole
             found = await in_order(
-                [partial(self._find_index, i) for i in range(len(self.urls))], INDEX_CONCURRENCY
+                [partial(self._find_index, i, missing=missing) for i in range(len(self.urls))],
+                INDEX_CONCURRENCY,
             )
             warn_built(
                 [redact_url(self.urls[i]) for i, (_, built) in enumerate(found) if built],
                 len(found),
+                self.urls,
             )
             self._indexes = [index for index, _ in found]
             self._built = {i for i, (_, built) in enumerate(found) if built}
@@ -517,7 +522,9 @@ class ShardDataset(IterableDataset[Any]):
         self._indexes, self._built = indexes, set()
         return written
 
-    async def _find_index(self, number: int, build: bool = False) -> tuple[ShardIndex, bool]:
+    async def _find_index(
+        self, number: int, build: bool = False, missing: MissingIndexes | None = None
+    ) -> tuple[ShardIndex, bool]:
         url = redact_url(self.urls[number])
         if self._compressions[number] != "none":
             raise ValueError(
@@ -527,7 +534,7 @@ class ShardDataset(IterableDataset[Any]):
         root, path = self._paths[number]
         location = self._locations[root]
         stream = partial(_shard_stream, location, path, url, self._counts)
-        return await find_index(location, path, url, stream, build=build)
+        return await find_index(location, path, url, stream, build=build, missing=missing)
 
     def _draws(self, worker: int) -> Iterator[int]:
         rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker, 1])

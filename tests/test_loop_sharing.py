@@ -30,8 +30,6 @@ from shared_sources import (
     write_sources,
 )
 
-pytest.importorskip("pyarrow")
-
 SCRIPT = Path(__file__).with_name("shared_sources.py")
 
 

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-
-from aioload import DataLoader  # noqa: E402
-from aioload.source_stats import SourceCounter  # noqa: E402
-from aioload.sources import (  # noqa: E402
+from aioload import DataLoader
+from aioload.source_stats import SourceCounter
+from aioload.sources import (
     IterableParquetDataset,
     LocalCache,
     ObjectServer,

@@ -39,6 +39,8 @@ BASH = {
     "{a..c}{1,2}": ["a1", "a2", "b1", "b2", "c1", "c2"],
     "a\\{b,c\\}": ["a{b,c}"],
     "{a\\,b,c}": ["a,b", "c"],
+    "{\\\\}": ["{\\}"],  # braceexpand answers "{}" for these two
+    "{\\\\},": ["{\\},"],
     "s3://b/{train,val}/{0..2}.tar": [
         f"s3://b/{part}/{n}.tar" for part in ("train", "val") for n in range(3)
     ],
@@ -110,5 +112,9 @@ def test_patterns_expand_as_braceexpand_does(pattern: str) -> None:
     if not _balanced(pattern):
         with pytest.raises(ValueError, match="unmatched"):
             expand_braces(pattern)
+        return
+    if "\\\\" in pattern:
+        # An escaped backslash: braceexpand drops it from a group it leaves as text ("{\\\\}"
+        # gives "{}"), bash keeps it ("{\\}"); bash's answers are tested above.
         return
     assert expand_braces(pattern) == list(braceexpand.braceexpand(pattern))

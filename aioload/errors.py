@@ -22,8 +22,19 @@ __all__ = [
 ]
 
 
-class LoaderTimeoutError(TimeoutError):
-    """The next batch did not arrive within the loader's ``timeout``."""
+class LoaderTimeoutError(TimeoutError, RuntimeError):
+    """The next batch did not arrive within the loader's ``timeout``.
+
+    Its message starts as torch's, ``DataLoader timed out after {timeout} seconds``, and goes
+    on with the batch and keys it waited for. It is a ``TimeoutError`` and, as torch raises a
+    ``RuntimeError`` there, a ``RuntimeError`` too: ``except RuntimeError`` written for torch
+    catches it.
+
+    Example::
+
+        >>> issubclass(LoaderTimeoutError, RuntimeError)
+        True
+    """
 
 
 class ItemTimeoutError(TimeoutError):

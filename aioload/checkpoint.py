@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from aioload.received import Received
+from aioload.sampler_shuffling import Rng
 from aioload.sampler_state import (
     TORCH_GENERATOR,
     _check_generator_state,
@@ -43,7 +44,7 @@ from aioload.sampler_state import (
     _stateful,
     _torch_generator_state,
 )
-from aioload.samplers import BatchSampler, Rng
+from aioload.samplers import BatchSampler
 
 __all__ = [
     "STATE_VERSION",

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
+from aioload.errors import DatasetKindError
 from aioload.iterable_datasets import (
     ChainDataset,
     IterableDataset,
@@ -352,7 +353,7 @@ class ConcatDataset(Dataset[T_co]):
             raise ValueError("datasets should not be an empty iterable")
         for member in self.datasets:
             if _is_iterable_dataset(member):
-                raise TypeError(
+                raise DatasetKindError(
                     "ConcatDataset does not support IterableDataset members "
                     f"(got {type(member).__name__}); use ChainDataset for iterable datasets"
                 )

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "DatasetKindError",
     "ItemTimeoutError",
     "LoaderTimeoutError",
     "TarFormatError",
@@ -33,6 +34,20 @@ class LoaderTimeoutError(TimeoutError, RuntimeError):
     Example::
 
         >>> issubclass(LoaderTimeoutError, RuntimeError)
+        True
+    """
+
+
+class DatasetKindError(TypeError, AssertionError):
+    """A dataset of the wrong kind for where it was given.
+
+    An iterable dataset in a ``ConcatDataset`` (which indexes its members), or a map-style one
+    in a ``ChainDataset`` (which iterates them). A ``TypeError``, and, as torch checks these
+    with ``assert``, an ``AssertionError``: either ``except`` works.
+
+    Example::
+
+        >>> issubclass(DatasetKindError, AssertionError)
         True
     """
 

@@ -115,8 +115,9 @@ class DataLoader(Generic[T_co]):
         timeout: seconds to wait for the next batch before raising
             :class:`~aioload.LoaderTimeoutError` (0: wait forever).
         worker_init_fn: called with the worker id in each worker process,
-            after its generators are seeded (Python's ``random``, numpy's legacy
-            global state and torch if imported, with ``base_seed + id``, where
+            after its generators are seeded as torch seeds them (Python's
+            ``random`` and torch if imported with ``base_seed + id``, numpy's
+            legacy global state with words derived from both, where
             ``base_seed`` is drawn from ``generator`` every epoch).
         multiprocessing_context: ``'fork'``, ``'spawn'``, ``'forkserver'`` or a
             context object. Left unset (None), aioload forks the workers, as

@@ -10,6 +10,7 @@ resumed from its state must yield the rest of torch's keys.
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from itertools import islice, product
 from typing import Any
 
+import numpy as np
 import pytest
 
 import aioload
@@ -279,3 +281,36 @@ def test_a_state_drawn_by_torchs_default_generator_needs_torch(torch: Any) -> No
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+class _WhatWorkersDraw(aioload.Dataset):
+    """Sample ``i``: the worker's torch seed and its first draws from random, numpy and torch."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> list[Any]:
+        import torch
+
+        return [
+            torch.initial_seed(),
+            random.random(),
+            int(np.random.randint(2**31)),
+            torch.rand(()).item(),
+        ]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seeded", ["generator", "manual_seed"])
+def test_workers_are_seeded_as_torchs(torch: Any, seeded: str) -> None:
+    def run(module: Any) -> list[list[Any]]:
+        torch.manual_seed(8)
+        generator = torch.Generator().manual_seed(5) if seeded == "generator" else None
+        loader = module.DataLoader(
+            _WhatWorkersDraw(), batch_size=None, num_workers=2, generator=generator
+        )
+        return [[float(x) for x in sample] for sample in loader]
+
+    ours, theirs = run(aioload), run(_data(torch))
+    assert ours == theirs
+    assert ours[0] != ours[1]  # two workers, two seeds

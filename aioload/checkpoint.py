@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from aioload.received import Received
+from aioload.sampler_shuffling import Rng
 from aioload.sampler_state import (
     TORCH_GENERATOR,
     _check_generator_state,
@@ -43,7 +44,7 @@ from aioload.sampler_state import (
     _stateful,
     _torch_generator_state,
 )
-from aioload.samplers import BatchSampler, Rng
+from aioload.samplers import BatchSampler
 
 __all__ = [
     "STATE_VERSION",
@@ -62,7 +63,8 @@ STATE_VERSION = 2
 
 Version 2 added ``"fits"``: what the state depends on, checked when it is loaded."""
 
-_MAX_SEED = 1 << 62  # base seeds are drawn below this
+_MAX_SEED = 1 << 62  # a numpy Generator draws base seeds below this
+_SEED_LIMIT = 1 << 63  # torch's draw (torch.empty((), dtype=torch.int64).random_()) is below this
 
 
 @dataclass
@@ -183,10 +185,11 @@ class Checkpoints:
         # torch does), so a seeded generator shuffles alike with or without workers.
         # A torch.Generator (or, without a generator, torch's default one when torch
         # is imported, else numpy's global state) gives torch's own draw.
+        # torch's draw is its base seed as it is, so the workers' seeds are torch's.
         if isinstance(generator, np.random.Generator):
             base_seed = int(generator.integers(_MAX_SEED))
         else:
-            base_seed = _seed_from(generator) % _MAX_SEED
+            base_seed = _seed_from(generator)
         if resume is not None:
             base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
         sampler = self._sampler
@@ -533,10 +536,10 @@ def check_state(state: Any) -> tuple[bool, int, int, list[int], int]:
     if in_progress and (
         not isinstance(base_seed, int)
         or isinstance(base_seed, bool)
-        or not 0 <= base_seed < _MAX_SEED
+        or not 0 <= base_seed < _SEED_LIMIT
     ):
         raise ValueError(
-            f"DataLoader state in progress needs an int 'base_seed' in [0, 2**62); "
+            f"DataLoader state in progress needs an int 'base_seed' in [0, 2**63); "
             f"got {base_seed!r:.50}"
         )
     return in_progress, counts["epoch"], counts["batches"], received, base_seed or 0

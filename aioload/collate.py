@@ -33,6 +33,7 @@ import numpy as np
 from aioload.collate_errors import (
     _FIELD_SLOT,
     CollateTypeError,
+    _entry,
     _in_field,
     _located,
     _raise_if_not_all,
@@ -292,8 +293,8 @@ def _transpose(batch: Sequence[Any]) -> list[tuple[Any, ...]]:
         entry = next(i for i, size in enumerate(sizes) if size != sizes[0])
         raise _located(
             RuntimeError,
-            f"each element in list of batch should be of equal size{_FIELD_SLOT}: entry 0 has "
-            f"{sizes[0]} elements and entry {entry} has {sizes[entry]}",
+            f"each element in list of batch should be of equal size{_FIELD_SLOT}: {_entry(0)} "
+            f"has {sizes[0]} elements and {_entry(entry)} has {sizes[entry]}",
         ) from None
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from aioload.collate_errors import (
     _FIELD_SLOT,
     CollateTypeError,
+    _entry,
     _int64_overflow,
     _located,
     _ragged_error,
@@ -309,7 +310,7 @@ def _number_batch_error(batch: Sequence[Any], collate_fn_map: _CollateFnMap | No
             return _located(
                 TypeError,
                 "collate: a batch of numbers must hold only numbers; "
-                f"found {type(x)}{_FIELD_SLOT} at entry {i}",
+                f"found {type(x)}{_FIELD_SLOT} at {_entry(i)}",
             )
     found = ", ".join(sorted({type(x).__name__ for x in batch}))
     return _located(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aioload.samplers import Rng
+from aioload.sampler_shuffling import Rng
 
 __all__ = ["offered_sampler", "unsized_message"]
 

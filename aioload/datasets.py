@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
+from aioload.errors import DatasetKindError
 from aioload.iterable_datasets import (
     ChainDataset,
     IterableDataset,
@@ -32,7 +33,7 @@ from aioload.iterable_datasets import (
     _is_iterable_dataset,
     _len,
 )
-from aioload.samplers import GeneratorLike, _as_generator, _rng
+from aioload.samplers import GeneratorLike, _as_generator, _split_order
 
 __all__ = [
     "ArrayDataset",
@@ -352,7 +353,7 @@ class ConcatDataset(Dataset[T_co]):
             raise ValueError("datasets should not be an empty iterable")
         for member in self.datasets:
             if _is_iterable_dataset(member):
-                raise TypeError(
+                raise DatasetKindError(
                     "ConcatDataset does not support IterableDataset members "
                     f"(got {type(member).__name__}); use ChainDataset for iterable datasets"
                 )
@@ -452,11 +453,12 @@ def random_split(
     Args:
         dataset: a map-style dataset with a length.
         lengths: sizes or fractions of the splits.
-        generator: a ``numpy.random.Generator``, a ``torch.Generator`` (one seed is
-            drawn from it, advancing it) or an int seed; the same seed gives the same
-            split. None (torch's default: its global generator) draws the seed from
-            torch's default generator when torch is imported, else from numpy's global
-            state, so ``torch.manual_seed(0)`` or ``np.random.seed(0)`` repeats a split.
+        generator: a ``torch.Generator`` (torch's ``randperm`` from it: torch's split), a
+            ``numpy.random.Generator`` or an int seed (numpy's permutation); the same seed
+            gives the same split. None (torch's default: its global generator) draws
+            torch's ``randperm`` from torch's default generator when torch is imported
+            (``torch.manual_seed(0)`` gives torch's split), else a numpy permutation seeded
+            by numpy's global state (``np.random.seed(0)`` repeats it).
 
     Example::
 
@@ -487,7 +489,7 @@ def random_split(
             "Sum of input lengths does not equal the length of the input dataset! "
             f"(lengths {list(lengths)} sum to {sum(lengths)}, the dataset has {n} items)"
         )
-    order = _rng(_as_generator(generator)).permutation(n).tolist()
+    order = _split_order(n, _as_generator(generator))
     splits: list[Subset[Any]] = []
     start = 0
     for length in lengths:

@@ -2,9 +2,9 @@
 
 The ranks and the world size default to ``torch.distributed``'s when its default process group
 is initialised (as torch's sampler reads them), else to the ``RANK`` and ``WORLD_SIZE``
-environment variables (as ``torchrun`` sets them; see :mod:`aioload.ranks`); the shuffle
-is seeded by ``seed + epoch``, the same on every replica. Its checkpoints come from
-:class:`~aioload.sampler_state._Resumable`.
+environment variables (as ``torchrun`` sets them; see :mod:`aioload.ranks`); the shuffle is
+torch's permutation from ``seed + epoch`` (the same keys as torch's, with or without torch), the
+same on every replica. Its checkpoints come from :class:`~aioload.sampler_state._Resumable`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from aioload.ranks import launcher_rank, launcher_world_size
+from aioload.sampler_draws import seeded_randperm
 from aioload.sampler_state import _count_field, _Iteration, _Resumable
 
 __all__ = ["DistributedSampler"]
@@ -29,8 +30,10 @@ class DistributedSampler(_Resumable, Generic[T_co]):
     Each of ``num_replicas`` replicas gets an equal number of indices; together they cover the
     dataset. Without ``drop_last`` the index list is padded by repeating indices from its start
     until it divides evenly; with ``drop_last`` its tail is dropped instead. With ``shuffle``
-    the order is a permutation seeded by ``seed + epoch``: identical on every replica, and
-    different each epoch once :meth:`set_epoch` is called before each epoch.
+    the order is torch's permutation seeded by ``seed + epoch`` (``torch.randperm`` from
+    ``torch.Generator().manual_seed(seed + epoch)``, replayed with numpy where torch is not
+    imported): identical on every replica and to torch's, and different each epoch once
+    :meth:`set_epoch` is called before each epoch.
 
     Its state (see :meth:`state_dict`) adds ``"epoch"`` (as set by :meth:`set_epoch`) and
     ``"iteration_epoch"``, the epoch the iteration in progress shuffles with (``None`` between
@@ -99,6 +102,7 @@ class DistributedSampler(_Resumable, Generic[T_co]):
         self.total_size = self.num_samples * num_replicas
 
     _state_type = "DistributedSampler"
+    _state_version = 2  # 2: torch's shuffle (1 shuffled with numpy)
 
     def _begin(self) -> _Iteration:
         return _Iteration(self.epoch)
@@ -106,7 +110,8 @@ class DistributedSampler(_Resumable, Generic[T_co]):
     def _keys(self, iteration: _Iteration) -> Iterator[int]:
         n = len(self.dataset)
         if self.shuffle:
-            indices = np.random.default_rng(self.seed + iteration.start).permutation(n)
+            # torch's order: randperm from torch.Generator().manual_seed(seed + epoch).
+            indices = np.asarray(seeded_randperm(self.seed + iteration.start, n), dtype=np.int64)
         else:
             indices = np.arange(n)
         # ``np.resize`` repeats the array cyclically (padding) or cuts it (drop_last).

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "DatasetKindError",
     "ItemTimeoutError",
     "LoaderTimeoutError",
     "ParquetFormatError",
@@ -23,8 +24,33 @@ __all__ = [
 ]
 
 
-class LoaderTimeoutError(TimeoutError):
-    """The next batch did not arrive within the loader's ``timeout``."""
+class LoaderTimeoutError(TimeoutError, RuntimeError):
+    """The next batch did not arrive within the loader's ``timeout``.
+
+    Its message starts as torch's, ``DataLoader timed out after {timeout} seconds``, and goes
+    on with the batch and keys it waited for. It is a ``TimeoutError`` and, as torch raises a
+    ``RuntimeError`` there, a ``RuntimeError`` too: ``except RuntimeError`` written for torch
+    catches it.
+
+    Example::
+
+        >>> issubclass(LoaderTimeoutError, RuntimeError)
+        True
+    """
+
+
+class DatasetKindError(TypeError, AssertionError):
+    """A dataset of the wrong kind for where it was given.
+
+    An iterable dataset in a ``ConcatDataset`` (which indexes its members), or a map-style one
+    in a ``ChainDataset`` (which iterates them). A ``TypeError``, and, as torch checks these
+    with ``assert``, an ``AssertionError``: either ``except`` works.
+
+    Example::
+
+        >>> issubclass(DatasetKindError, AssertionError)
+        True
+    """
 
 
 class ItemTimeoutError(TimeoutError):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from aioload.errors import DatasetKindError
+
 __all__ = ["ChainDataset", "IterableDataset"]
 
 T_co = TypeVar("T_co", covariant=True)
@@ -75,8 +77,9 @@ class ChainDataset(IterableDataset[Any]):
         self.datasets = list(datasets)
         for member in self.datasets:
             if not (_is_iterable_dataset(member) or hasattr(type(member), "__iter__")):
-                raise TypeError(
-                    f"ChainDataset only supports iterable datasets; got {type(member).__name__}"
+                raise DatasetKindError(
+                    "ChainDataset only supports IterableDataset and other iterable datasets; "
+                    f"got {type(member).__name__}"
                 )
 
     def __iter__(self) -> Iterator[Any]:

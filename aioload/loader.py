@@ -108,13 +108,17 @@ class DataLoader(Generic[T_co]):
             :func:`~aioload.default_collate`, or :func:`~aioload.default_convert`
             without automatic batching).
         pin_memory: copy each batch into page-locked memory, in a dedicated
-            thread, before returning it.
+            thread, before returning it: torch's pinned memory where torch is
+            imported and its accelerator available (numpy arrays stay numpy
+            arrays, and CUDA copies from them asynchronously), ``mlock``-ed
+            buffers otherwise (see :mod:`aioload.pinning`).
         drop_last: drop the last incomplete batch.
         timeout: seconds to wait for the next batch before raising
             :class:`~aioload.LoaderTimeoutError` (0: wait forever).
         worker_init_fn: called with the worker id in each worker process,
-            after its generators are seeded (Python's ``random``, numpy's legacy
-            global state and torch if imported, with ``base_seed + id``, where
+            after its generators are seeded as torch seeds them (Python's
+            ``random`` and torch if imported with ``base_seed + id``, numpy's
+            legacy global state with words derived from both, where
             ``base_seed`` is drawn from ``generator`` every epoch).
         multiprocessing_context: ``'fork'``, ``'spawn'``, ``'forkserver'`` or a
             context object. Left unset (None), as in torch, multiprocessing's
@@ -148,7 +152,7 @@ class DataLoader(Generic[T_co]):
         persistent_workers: keep the worker processes (and their dataset
             copies) between epochs; they stop at :meth:`close`, when the loader
             is collected, or at exit.
-        pin_memory_device: the device to pin for (torch tensors only).
+        pin_memory_device: the device whose accelerator pins (``""``: CUDA).
         in_order: yield batches in sampler order; ``False`` yields them as
             they finish, so one slow fetch does not hold the others back.
         concurrency: the most item fetches in flight at once on one event
@@ -574,6 +578,9 @@ class DataLoader(Generic[T_co]):
             in_order=self.in_order,
         )
 
+        # Here, in the thread that iterates: the pin thread pins for this thread's CUDA device.
+        pin = self._pinner.for_device(self.pin_memory_device) if self.pin_memory else None
+
         def made(
             loop: asyncio.AbstractEventLoop, output: LoopOutput | ThreadOutput, _offload: bool
         ) -> Epoch:
@@ -585,7 +592,7 @@ class DataLoader(Generic[T_co]):
                 in_order=self.in_order,
                 output=output,
                 loop=loop,
-                pin=self._pinner.for_device(self.pin_memory_device) if self.pin_memory else None,
+                pin=pin,
                 skips=skips,
                 progress=plan.received,
                 on_iter=plan.on_iter,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -37,18 +38,45 @@ class Pinner:
         self._lock = threading.Lock()
 
     def for_device(self, device: str) -> Callable[[Any], Any]:
-        """What pins one batch for ``device`` (the loader's ``pin_memory_device``)."""
+        """What pins one batch for ``device`` (the loader's ``pin_memory_device``).
+
+        Call it in the thread that iterates the loader: where torch pins for CUDA and has
+        already set up CUDA there, the pin thread pins for that thread's current device, as
+        torch's pin thread does (not for device 0, whose context every process would then
+        create).
+        """
         from aioload.pinning import PinnedBufferPool, pin_batch
 
         with self._lock:  # two epochs may start at once, from two threads
             if self._pool is None:
                 self._pool = PinnedBufferPool()
             pool = self._pool
+        cuda_device = _current_cuda_device(device)
+        unset = [cuda_device is not None]
 
         def pin(batch: Any) -> Any:
+            if unset[0]:  # once, in the pin thread (a CUDA device is per thread)
+                unset[0] = False
+                sys.modules["torch"].cuda.set_device(cuda_device)
             return pin_batch(batch, pool, device=device)
 
         return pin
+
+
+def _current_cuda_device(device: str) -> int | None:
+    """The iterating thread's CUDA device, where torch pins for CUDA and CUDA is set up.
+
+    Never sets CUDA up itself (that would keep forked workers from using it).
+    """
+    from aioload.pinning import torch_pins
+
+    if not (device == "" or device.startswith("cuda")) or not torch_pins(device):
+        return None
+    cuda = sys.modules["torch"].cuda
+    if not cuda.is_initialized():
+        return None
+    index: int = cuda.current_device()
+    return index
 
 
 class PinThread:

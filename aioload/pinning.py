@@ -1,9 +1,22 @@
 """The pin stage: copy batches into page-locked host memory.
 
 With ``pin_memory=True`` the loader's pin thread calls :func:`pin_batch` on every batch before
-the consumer sees it. Torch tensors are pinned by torch (when a GPU is present), objects with a
-``pin_memory()`` method pin themselves, and numpy arrays are copied into buffers from a
-:class:`PinnedBufferPool`.
+the consumer sees it. What a batch's parts become depends on what pins them:
+
+- **torch imported, its accelerator available** (CUDA, or ``pin_memory_device``'s): torch
+  tensors are pinned by torch (``tensor.pin_memory()``), objects with a ``pin_memory()`` method
+  pin themselves, and every numpy array is copied into torch's pinned memory
+  (``torch.empty(..., pin_memory=True)``) and handed back as a numpy array over it. CUDA knows
+  that memory as pinned: ``torch.from_numpy(x).to("cuda", non_blocking=True)`` is an
+  asynchronous copy, and torch's host allocator, which finds the allocation by the array's
+  address, keeps it from being reused until the copy is done.
+- **torch imported, no accelerator**: as torch's loader, which then turns pinning off, tensors
+  and objects with a ``pin_memory()`` method are left as they are (a warning says so); numpy
+  arrays are still copied into locked buffers, as below.
+- **torch not imported**: numpy arrays are copied into buffers from a
+  :class:`PinnedBufferPool`: page-aligned and locked with ``mlock``, so they stay in RAM, but
+  CUDA does not know them as pinned (a copy from them is not asynchronous). Objects with a
+  ``pin_memory()`` method pin themselves.
 
 How a pool buffer lives
 -----------------------
@@ -42,7 +55,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +69,7 @@ __all__ = [
     "PinnedBufferPool",
     "PinnedPoolStats",
     "pin_batch",
+    "torch_pins",
     "warn_if_tensors_cannot_pin",
 ]
 
@@ -71,9 +85,10 @@ _MMAP_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0
 class PinMemoryWarning(RuntimeWarning):
     """Warned (once per pool) when host memory cannot be locked.
 
-    The pool then serves plain page-aligned buffers: results stay correct, but host-to-device
-    copies are not served from locked memory. Raise the locked-memory limit (``ulimit -l``,
-    ``RLIMIT_MEMLOCK``) or run with ``CAP_IPC_LOCK`` to lock, or lower ``max_bytes`` below it.
+    The pool then serves plain page-aligned buffers: results stay correct, but they are not
+    locked in RAM. Raise the locked-memory limit (``ulimit -l``, ``RLIMIT_MEMLOCK``) or run with
+    ``CAP_IPC_LOCK`` to lock. (A pool of your own whose ``max_bytes`` is below the limit never
+    asks for more; the loader's pool holds up to :data:`DEFAULT_MAX_BYTES`.)
     """
 
 
@@ -241,8 +256,7 @@ class PinnedBufferPool:
             # Warned only now: if a warnings filter raises, the lease already returns the buffer.
             warnings.warn(
                 f"could not lock host memory ({failure}); pinned batches use unlocked "
-                "page-aligned buffers instead. Raise RLIMIT_MEMLOCK (ulimit -l) or lower "
-                "max_bytes to lock them.",
+                "page-aligned buffers instead. Raise RLIMIT_MEMLOCK (ulimit -l) to lock them.",
                 PinMemoryWarning,
                 stacklevel=2,
             )
@@ -418,8 +432,9 @@ def _torch_tensor_type() -> type | None:
 
 def _unpinned_message(device: str) -> str:
     return (
-        f"pin_memory=True, but no {device} accelerator is available: torch tensors are left "
-        "as they are, not pinned (numpy arrays still are)"
+        f"pin_memory=True, but no {device} accelerator is available: torch tensors (and objects "
+        "with a pin_memory() method) are left as they are, not pinned; numpy arrays are copied "
+        "into mlock-ed host memory, which CUDA does not know as pinned"
     )
 
 
@@ -427,6 +442,16 @@ def _accelerator_available(torch: Any, device: str) -> bool:
     accelerator = getattr(torch, device.split(":")[0] or "cuda", None)
     is_available = getattr(accelerator, "is_available", None)
     return bool(callable(is_available) and is_available())
+
+
+def torch_pins(device: str) -> bool:
+    """Whether torch pins (torch is imported and its ``device`` accelerator is available).
+
+    ``device`` is the loader's ``pin_memory_device`` (``""``: CUDA). aioload never imports
+    torch for it: without torch imported, this is False.
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and _accelerator_available(torch, device)
 
 
 def warn_if_tensors_cannot_pin(device: str, *, stacklevel: int) -> None:
@@ -437,8 +462,7 @@ def warn_if_tensors_cannot_pin(device: str, *, stacklevel: int) -> None:
     of this function, so that the warning points at the user's line that iterates the
     loader (torch's points inside torch).
     """
-    torch = sys.modules.get("torch")
-    if torch is None or _accelerator_available(torch, device):
+    if sys.modules.get("torch") is None or torch_pins(device):
         return
     _warned_at_iter.add(device or "cuda")
     warnings.warn(_unpinned_message(device or "cuda"), UserWarning, stacklevel=stacklevel + 1)
@@ -456,39 +480,59 @@ def _warn_unpinned_tensors(device: str) -> None:
         warnings.warn(_unpinned_message(device), UserWarning, stacklevel=3)
 
 
-def _pin_tensor(tensor: Any, device: str) -> Any:
-    torch = sys.modules["torch"]
-    # Without the accelerator torch cannot pin; like a CPU-only torch loader, leave the tensor.
-    if not _accelerator_available(torch, device):
-        _warn_unpinned_tensors(device or "cuda")
-        return tensor
-    return tensor.pin_memory(device) if device else tensor.pin_memory()
+def _torch_pinned_array(torch: Any, array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A numpy copy of ``array`` in torch's pinned memory, at the start of its allocation.
+
+    The array's base holds the pinned tensor, so the memory lives as long as the array or any
+    view of it; torch's host allocator then keeps it from reuse until a copy from it is done.
+    """
+    pinned = torch.empty(array.nbytes, dtype=torch.uint8, pin_memory=True)
+    out: npt.NDArray[Any] = np.ndarray(array.shape, dtype=array.dtype, buffer=pinned.numpy())
+    np.copyto(out, array, casting="no")
+    return out
 
 
-def _pin(data: Any, pool: PinnedBufferPool, device: str) -> Any:
+@dataclass(frozen=True, slots=True)
+class _Pinning:
+    """How one batch is pinned: the pool, the device, and whether torch pins."""
+
+    pool: PinnedBufferPool
+    device: str
+    torch: Any  # the torch module where torch pins, else None
+    torch_imported: bool
+
+
+def _pin(data: Any, how: _Pinning) -> Any:
     tensor_type = _torch_tensor_type()
     if tensor_type is not None and isinstance(data, tensor_type):
-        return _pin_tensor(data, device)
+        if how.torch is None:
+            # Without the accelerator torch cannot pin; like a CPU-only torch loader, leave it.
+            _warn_unpinned_tensors(how.device or "cuda")
+            return data
+        tensor = cast(Any, data)
+        return tensor.pin_memory(how.device) if how.device else tensor.pin_memory()
     if isinstance(data, np.ndarray):
         # Other ndarray subclasses (masked arrays, matrices) carry more than their data.
         if (type(data) is np.ndarray or isinstance(data, np.memmap)) and not data.dtype.hasobject:
-            return pool.pin_array(data)
+            if how.torch is not None:
+                return _torch_pinned_array(how.torch, data)
+            return how.pool.pin_array(data)
         return data
     if isinstance(data, str | bytes | bytearray | memoryview):
         return data
     if isinstance(data, Mapping):
-        return rebuild_mapping(
-            data, {key: _pin(value, pool, device) for key, value in data.items()}
-        )
+        return rebuild_mapping(data, {key: _pin(value, how) for key, value in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return type(data)(*(_pin(item, pool, device) for item in data))
+        return type(data)(*(_pin(item, how) for item in data))
     if isinstance(data, Sequence):
-        rebuilt = rebuild_sequence(data, [_pin(item, pool, device) for item in data])
+        rebuilt = rebuild_sequence(data, [_pin(item, how) for item in data])
         if isinstance(data, tuple) and not isinstance(rebuilt, tuple):
             return tuple(rebuilt)  # a tuple whose type could not be rebuilt stays a tuple
         return rebuilt
     method = getattr(data, "pin_memory", None)
     if callable(method) and not isinstance(data, type):
+        if how.torch_imported and how.torch is None:
+            return data  # torch's loader pins nothing without an accelerator
         return method()
     return data
 
@@ -496,16 +540,26 @@ def _pin(data: Any, pool: PinnedBufferPool, device: str) -> Any:
 def pin_batch(batch: T, pool: PinnedBufferPool, device: str = "") -> T:
     r"""Return ``batch`` with its data in page-locked host memory, recursing like torch's pinning.
 
-    * torch tensors: ``tensor.pin_memory()`` when torch is imported and the accelerator
-      (CUDA, or ``device``'s type) is available, unchanged otherwise (aioload never imports
-      torch);
-    * numpy arrays: copied by ``pool.pin_array`` into page-aligned, locked buffers (arrays of
-      Python objects and ndarray subclasses other than ``np.memmap`` are left as they are);
-    * ``str``, ``bytes``: unchanged;
-    * mappings, namedtuples, tuples, lists and other sequences: recursed, keeping their type where
-      it can be rebuilt (a copy for mutable ones), else a ``dict`` / ``list``;
-    * other objects with a ``pin_memory()`` method (custom batch types): ``obj.pin_memory()``;
-    * anything else: unchanged.
+    Where torch is imported and its accelerator (CUDA, or ``device``'s type) is available:
+
+    * torch tensors: ``tensor.pin_memory()``;
+    * numpy arrays: copied into torch's pinned memory, and still numpy arrays, each at the start
+      of its own allocation (so ``torch.from_numpy(x).to("cuda", non_blocking=True)`` copies
+      asynchronously, and torch keeps the memory until the copy is done);
+    * other objects with a ``pin_memory()`` method (custom batch types): ``obj.pin_memory()``.
+
+    Otherwise (aioload never imports torch):
+
+    * numpy arrays: copied by ``pool.pin_array`` into page-aligned, ``mlock``-ed buffers, which
+      CUDA does not know as pinned;
+    * torch tensors, and objects with a ``pin_memory()`` method once torch is imported: left as
+      they are, as torch's loader leaves them without an accelerator; without torch imported,
+      such objects' ``pin_memory()`` is called.
+
+    In both, arrays of Python objects and ndarray subclasses other than ``np.memmap`` are left
+    as they are; ``str``, ``bytes``: unchanged; mappings, namedtuples, tuples, lists and other
+    sequences: recursed, keeping their type where it can be rebuilt (a copy for mutable ones),
+    else a ``dict`` / ``list``; anything else: unchanged.
 
     As in torch, containers are recursed before a ``pin_memory()`` method is looked for. Unlike
     torch, plain tuples stay tuples rather than becoming lists.
@@ -514,9 +568,9 @@ def pin_batch(batch: T, pool: PinnedBufferPool, device: str = "") -> T:
 
     Args:
         batch: a collated batch.
-        pool (PinnedBufferPool): the pool that serves the numpy buffers.
-        device (str, optional): the ``pin_memory_device`` torch tensors are pinned for;
-            ``""`` (default) pins for CUDA. numpy arrays do not depend on it.
+        pool (PinnedBufferPool): the pool that serves the numpy buffers where torch does not pin.
+        device (str, optional): the ``pin_memory_device`` to pin for; ``""`` (default) pins for
+            CUDA.
 
     Example::
 
@@ -529,5 +583,8 @@ def pin_batch(batch: T, pool: PinnedBufferPool, device: str = "") -> T:
         raise TypeError(f"pool should be a PinnedBufferPool, but got {type(pool).__name__}")
     if not isinstance(device, str):
         raise TypeError(f"device should be a str, but got {type(device).__name__}")
-    pinned: T = _pin(batch, pool, device)
+    torch = sys.modules.get("torch")
+    pins = torch is not None and _accelerator_available(torch, device)
+    how = _Pinning(pool, device, torch if pins else None, torch is not None)
+    pinned: T = _pin(batch, how)
     return pinned

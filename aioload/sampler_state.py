@@ -29,7 +29,8 @@ __all__ = ["TorchGeneratorLike"]
 
 T = TypeVar("T")
 
-# Bumped when the layout of a ``state_dict()`` changes, so an old state is refused clearly.
+# Bumped when the layout of a ``state_dict()`` changes, so an old state is refused clearly. A
+# sampler class whose states changed on their own has a version of its own (``_state_version``).
 _STATE_VERSION = 1
 # The numpy bit generators whose state a sampler state may carry.
 _BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
@@ -80,7 +81,18 @@ def _seed_from(generator: Any) -> int:
 
 def _torch_generator_state(generator: Any) -> dict[str, Any]:
     """A torch generator's state as JSON: its state bytes as a list of ints."""
-    return {"bit_generator": TORCH_GENERATOR, "state": generator.get_state().tolist()}
+    return _torch_state_json(generator.get_state())
+
+
+def _torch_state_json(state: Any) -> dict[str, Any]:
+    """A torch generator state (a ``get_state()`` tensor) as JSON."""
+    return {"bit_generator": TORCH_GENERATOR, "state": state.tolist()}
+
+
+def _torch_state_tensor(raw: list[int]) -> Any:
+    """The ``get_state()`` tensor of state bytes checked by :func:`_check_torch_generator_state`."""
+    torch = sys.modules["torch"]
+    return torch.tensor(raw, dtype=torch.uint8)
 
 
 def _check_torch_generator_state(state: object, kind: str, field: str) -> list[int]:
@@ -108,8 +120,7 @@ def _check_torch_generator_state(state: object, kind: str, field: str) -> list[i
 
 
 def _set_torch_generator_state(generator: Any, raw: list[int]) -> None:
-    torch = sys.modules["torch"]
-    generator.set_state(torch.tensor(raw, dtype=torch.uint8))
+    generator.set_state(_torch_state_tensor(raw))
 
 
 class _Iteration:
@@ -124,9 +135,10 @@ class _Iteration:
 
     def __init__(self, start: Any, count: int = 0, source: Any = None) -> None:
         self.start = start
-        # A torch generator's state (as JSON) before it drew the seed of ``start``, if any.
+        # The state (a ``get_state()`` tensor) of the torch generator the iteration draws from,
+        # at its start, if torch draws it.
         self.source = source
-        self.rng: np.random.Generator | None = None
+        self.rng: Any = None  # a numpy Generator or a torch one
         self.finished = False
         # (items in finished blocks, length of the current block, its iterator), replaced as a
         # whole so that a reader on another thread never sees half an update.
@@ -190,10 +202,24 @@ class _Resumable(Sampler[int]):
     """
 
     _state_type: ClassVar[str]
+    _state_version: ClassVar[int] = _STATE_VERSION
+    # Whether an iteration begins (draws, takes up a loaded state) at its first key rather than
+    # at iter(): torch's random samplers are generator functions, its others are not.
+    _lazy: ClassVar[bool] = False
     _iteration: _Iteration | None = None  # the latest iteration
     _resume: _Iteration | None = None  # loaded by ``load_state_dict``, run by the next iter()
 
     def __iter__(self) -> Iterator[int]:
+        if self._lazy:
+            # Chained in C: the first key opens the iteration, and no key pays for it.
+            return chain.from_iterable(self._opening())
+        return self._open()
+
+    def _opening(self) -> Iterator[Iterator[int]]:
+        yield self._open()
+
+    def _open(self) -> Iterator[int]:
+        """Begins the next iteration (or takes up the loaded one) and returns its keys."""
         iteration = self._resume if self._resume is not None else self._begin()
         self._resume = None
         self._iteration = iteration
@@ -232,7 +258,7 @@ class _Resumable(Sampler[int]):
             iteration = None
         return {
             "type": self._state_type,
-            "version": _STATE_VERSION,
+            "version": self._state_version,
             "in_progress": iteration is not None,
             "yielded": 0 if iteration is None else iteration.position,
             **self._state_fields(iteration),
@@ -262,7 +288,9 @@ class _Resumable(Sampler[int]):
             >>> list(sampler), list(sampler)
             ([3, 4], [0, 1, 2, 3, 4])
         """
-        in_progress, yielded = _check_header(state, self._state_type, "yielded")
+        in_progress, yielded = _check_header(
+            state, self._state_type, "yielded", self._state_version
+        )
         if in_progress and yielded > len(self):
             raise ValueError(
                 f"{self._state_type} state has yielded={yielded}, more than the {len(self)} "
@@ -345,7 +373,9 @@ def _count_field(state: Mapping[str, Any], kind: str, name: str) -> int:
     return value
 
 
-def _check_header(state: object, expected: str, count: str) -> tuple[bool, int]:
+def _check_header(
+    state: object, expected: str, count: str, version_read: int = _STATE_VERSION
+) -> tuple[bool, int]:
     """Check the fields every sampler state has; return ``in_progress`` and the count."""
     if not isinstance(state, Mapping):
         raise ValueError(
@@ -358,10 +388,10 @@ def _check_header(state: object, expected: str, count: str) -> tuple[bool, int]:
             + (f"a {given}" if isinstance(given, str) else f"something else (type={given!r})")
         )
     version = state.get("version")
-    if version != _STATE_VERSION:
+    if version != version_read:
         raise ValueError(
             f"{expected} state has version={version!r}, but this aioload reads version "
-            f"{_STATE_VERSION}"
+            f"{version_read}"
         )
     in_progress: bool = _field(state, expected, "in_progress", bool)
     return in_progress, _count_field(state, expected, count)

@@ -1,19 +1,27 @@
 """Samplers: which keys to load, in what order, in what batches.
 
-The classes follow ``torch.utils.data``'s samplers argument for argument; keys are drawn with
-numpy. Every ``generator`` argument accepts:
+The classes follow ``torch.utils.data``'s samplers argument for argument. Where the randomness is
+torch's they draw torch's own keys; elsewhere they draw with numpy. Every ``generator`` argument
+accepts:
 
-- ``None``: each ``__iter__`` draws one seed from the process's global random state, as torch's
-  samplers do: from torch's default generator when torch is imported (so ``torch.manual_seed(0)``
-  reproduces the shuffles), else from numpy's legacy global state (so ``np.random.seed(0)``
-  does). Unseeded, every epoch is reshuffled differently.
-- a :class:`numpy.random.Generator`: advanced by each ``__iter__`` (epochs differ, yet the whole
+- a ``torch.Generator`` (CPU): keys drawn from it with torch's own calls (``torch.randperm``,
+  ``torch.randint`` in blocks of 32, ``torch.multinomial``; see :mod:`aioload.sampler_draws`), so
+  a seed gives the keys torch's samplers give and the generator advances as under torch;
+- ``None``: from torch's default generator when torch is imported, as torch's samplers draw
+  (``RandomSampler`` draws a seed from it, ``torch.empty((), dtype=torch.int64).random_()``, and
+  shuffles with a generator of its own; the others draw from it directly), so after
+  ``torch.manual_seed(0)`` the keys are torch's; without torch, from a numpy generator seeded by
+  numpy's legacy global state (so ``np.random.seed(0)`` reproduces them). Unseeded, every epoch
+  is reshuffled differently;
+- a :class:`numpy.random.Generator`: advanced by each iteration (epochs differ, yet the whole
   sequence of epochs is reproducible);
-- a ``torch.Generator`` (CPU): each ``__iter__`` draws one seed from it with torch's draw
-  (``torch.empty((), dtype=torch.int64).random_(generator=g)``) and shuffles with numpy from that
-  seed, so the generator advances every epoch and a seeded one reproduces the run (the keys
-  differ from torch's own, which come from ``torch.randperm``);
 - an ``int`` seed (turned into a numpy Generator once, at construction).
+
+As in torch, whose random samplers' ``__iter__`` is a generator function, an iteration of
+:class:`RandomSampler`, :class:`SubsetRandomSampler`, :class:`WeightedRandomSampler` or
+:class:`BatchSampler` begins at its first key, not at ``iter()``: a ``torch.manual_seed`` between
+the two counts. :class:`SequentialSampler` and :class:`DistributedSampler` begin at ``iter()``,
+as torch's.
 
 Any iterable of keys is a sampler, and so is any *async* iterable of keys (an object with
 ``__aiter__``, such as an async generator); :func:`is_async_sampler` tells them apart.
@@ -24,11 +32,12 @@ so that ``__aiter__`` exists exactly when the inner sampler is async, and a plai
 
 Checkpoint and resume: every built-in sampler has ``state_dict()`` and
 ``load_state_dict(state)``. A state is a small JSON-serialisable dict taken between iterations
-or in the middle of one. A sampler built with the same arguments and given that state yields,
-on its next ``iter()``, exactly the keys the interrupted iteration had not yet yielded, and the
-iterations after that repeat the original's, reshuffles included. For that a state holds the
-generator state from the *start* of the interrupted iteration and how many keys it had
-yielded: resuming redraws the iteration in bulk, as numpy arrays, and drops those keys by
+or in the middle of one (an iteration of a random sampler is in progress from its first key).
+A sampler built with the same arguments and given that state yields, on its next ``iter()``,
+exactly the keys the interrupted iteration had not yet yielded, and the iterations after that
+repeat the original's, reshuffles included. For that a state holds the generator state from
+the *start* of the interrupted iteration and how many keys it had yielded: resuming redraws
+the iteration in bulk, as arrays (or torch's blocks), and drops those keys by
 slicing, never one by one (except in a :class:`BatchSampler` over a sampler that is not built
 in: see there). Every state has ``"type"`` (the sampler class), ``"version"``,
 ``"in_progress"`` (an iteration was started and its iterator not yet exhausted) and a count
@@ -36,8 +45,9 @@ in: see there). Every state has ``"type"`` (the sampler class), ``"version"``,
 state may be lowered before loading, to resume after fewer items of the same iteration: a
 loader that has drawn keys ahead of those it delivered rewinds this way. A state describes the
 sampler's latest iteration. Loading one sets the state of the sampler's ``Generator``, the very
-object given as ``generator``; a sampler without a generator reshuffles from fresh entropy
-after the resumed iteration, as it always does.
+object given as ``generator``; a sampler without a generator redraws the resumed iteration from
+the state it recorded (never setting the global one) and reshuffles from the global state after
+it, as it always does.
 
 Keys from the built-in samplers are plain Python ``int``\\ s. Invalid arguments raise the
 exception type and message torch raises where torch checks the argument; arguments torch does
@@ -47,12 +57,14 @@ This module defines the key samplers (sequential, random, subset, weighted). The
 defined in modules of their own and importable from here too: :class:`Sampler` and
 :func:`is_async_sampler` in :mod:`aioload.sampler_base`, :class:`BatchSampler` in
 :mod:`aioload.batch_sampler`, :class:`DistributedSampler` in :mod:`aioload.distributed_sampler`;
-what a state holds and how it is checked is in :mod:`aioload.sampler_state`.
+what a state holds and how it is checked is in :mod:`aioload.sampler_state`, how a random
+sampler draws and replays an iteration in :mod:`aioload.sampler_shuffling`, and torch's draws in
+:mod:`aioload.sampler_draws`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterator, Sequence, Sized
 from typing import Any, TypeAlias, cast
 
 import numpy as np
@@ -61,18 +73,22 @@ import numpy.typing as npt
 from aioload.batch_sampler import BatchSampler
 from aioload.distributed_sampler import DistributedSampler
 from aioload.sampler_base import Sampler, is_async_sampler
+from aioload.sampler_draws import (
+    TORCH_BLOCK,
+    default_generator,
+    multinomial,
+    randint,
+    randperm,
+    seeded_generator,
+    torch_is_imported,
+)
+from aioload.sampler_shuffling import Rng, Shuffling
 from aioload.sampler_state import (
     TorchGeneratorLike,
-    _check_generator_state,
-    _check_torch_generator_state,
-    _field,
+    _global_seed,
     _is_torch_generator,
     _Iteration,
-    _plain,
     _Resumable,
-    _seed_from,
-    _set_torch_generator_state,
-    _torch_generator_state,
     _torch_seed,
 )
 
@@ -93,126 +109,10 @@ GeneratorLike: TypeAlias = np.random.Generator | TorchGeneratorLike | int | None
 """What a ``generator`` argument accepts: ``None``, a numpy ``Generator``, a ``torch.Generator``
 or an ``int`` seed (see the module docstring)."""
 
-Rng: TypeAlias = np.random.Generator | TorchGeneratorLike | None
-"""A ``generator`` once checked: ``None``, a numpy ``Generator`` or a ``torch.Generator``."""
 
 # Keys drawn with replacement are produced lazily in chunks, so that a huge ``num_samples``
 # (an "infinite" sampler) costs no memory up front and an early ``break`` wastes little work.
 _CHUNK = 1024
-
-
-class _Shuffling(_Resumable):
-    """A :class:`_Resumable` whose keys come from a numpy generator.
-
-    An iteration starts from a numpy bit-generator state, which a state carries as
-    ``"generator"``: the state at the start of the iteration in progress, or the current one
-    between iterations (``None`` for a sampler without a numpy generator). Without one, the
-    iteration's numpy generator is seeded by one draw from the ``torch.Generator`` or the global
-    state (see :func:`~aioload.sampler_state._seed_from`); a sampler with a ``torch.Generator``
-    adds ``"torch_generator"``: that generator's state before the draw of the iteration in
-    progress, or its current one between iterations.
-    """
-
-    generator: Rng
-    _loaded_source: dict[str, Any] | None = None
-
-    def _begin(self) -> _Iteration:
-        generator = self.generator
-        if isinstance(generator, np.random.Generator):
-            iteration = _Iteration(generator.bit_generator.state)
-            iteration.rng = generator
-            return iteration
-        source = None if generator is None else _torch_generator_state(generator)
-        rng = np.random.default_rng(_seed_from(generator))
-        iteration = _Iteration(rng.bit_generator.state, source=source)
-        iteration.rng = rng
-        return iteration
-
-    def _rng_of(self, iteration: _Iteration) -> np.random.Generator:
-        """The generator to draw ``iteration`` with; a resumed one is set back to its start."""
-        if iteration.rng is None:
-            start = iteration.start
-            generator = self.generator
-            if isinstance(generator, np.random.Generator):
-                rng = generator
-            else:
-                if generator is not None and iteration.source is not None:
-                    # The torch generator moves past this iteration's draw, as it did then.
-                    _set_torch_generator_state(generator, iteration.source["state"])
-                    _torch_seed(generator)
-                rng = np.random.Generator(getattr(np.random, start["bit_generator"])())
-            rng.bit_generator.state = start
-            iteration.rng = rng
-        return iteration.rng
-
-    def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
-        generator = self.generator
-        if iteration is not None:
-            numpy_state = iteration.start
-        elif isinstance(generator, np.random.Generator):
-            numpy_state = generator.bit_generator.state
-        else:
-            numpy_state = None
-        fields = {"generator": _plain(numpy_state)}
-        if generator is not None and not isinstance(generator, np.random.Generator):
-            source = iteration.source if iteration is not None else None
-            fields["torch_generator"] = _plain(source or _torch_generator_state(generator))
-        return fields
-
-    def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
-        kind = self._state_type
-        generator = _field(state, kind, "generator", dict, optional=True)
-        torch_state = self._torch_field(state)
-        own = self.generator if isinstance(self.generator, np.random.Generator) else None
-        if generator is None:
-            if in_progress:
-                raise ValueError(
-                    f"{kind} state is in progress but has generator=None: an "
-                    "iteration in progress needs the generator state it started from"
-                )
-            if own is not None:
-                raise ValueError(
-                    f"{kind} state has generator=None (its sampler had no numpy "
-                    "generator), but this sampler has one: build it with the same arguments"
-                )
-            if torch_state is not None:
-                _set_torch_generator_state(self.generator, torch_state)
-            return None
-        _check_generator_state(generator, kind, own)
-        if not in_progress:
-            if own is None:
-                raise ValueError(
-                    f"{kind} state has a generator state, but this sampler has "
-                    f"generator={'None' if self.generator is None else 'a torch.Generator'}: "
-                    "build it with the same arguments"
-                )
-            own.bit_generator.state = generator
-        self._loaded_source = None
-        if torch_state is not None:
-            self._loaded_source = {**state["torch_generator"], "state": torch_state}
-        return generator
-
-    def _torch_field(self, state: Mapping[str, Any]) -> list[int] | None:
-        """The checked ``"torch_generator"`` state bytes (None: the sampler has no torch one)."""
-        theirs = state.get("torch_generator")
-        if _is_torch_generator(self.generator):
-            if theirs is None:
-                raise ValueError(
-                    f"{self._state_type} state has no 'torch_generator' (its sampler had no "
-                    "torch.Generator), but this sampler has one: build it with the same arguments"
-                )
-            return _check_torch_generator_state(theirs, self._state_type, "torch_generator")
-        if theirs is not None:
-            raise ValueError(
-                f"{self._state_type} state holds a torch.Generator state, but this sampler has "
-                f"generator={'None' if self.generator is None else 'a numpy Generator'}: "
-                "build it with the same arguments"
-            )
-        return None
-
-    def _resumed(self, start: Any, yielded: int) -> _Iteration:
-        source, self._loaded_source = self._loaded_source, None
-        return _Iteration(start, yielded, source=source)
 
 
 class SequentialSampler(_Resumable):
@@ -240,25 +140,25 @@ class SequentialSampler(_Resumable):
         return len(self.data_source)
 
 
-class RandomSampler(_Shuffling):
+class RandomSampler(Shuffling):
     """Yield the indices of ``data_source`` in random order.
 
     Without replacement each epoch is a random permutation; a ``num_samples`` larger than the
     dataset yields whole permutations followed by a partial one. With replacement,
     ``num_samples`` indices are drawn independently and uniformly.
 
-    Its state (see :meth:`state_dict`) adds ``"generator"``, a bit-generator state. Resuming
-    in the middle of an iteration redraws it from its start, in bulk, and skips what was
-    yielded.
+    Its state (see :meth:`state_dict`) adds ``"generator"`` and ``"torch_generator"``, the
+    states that replay an iteration (see :mod:`aioload.samplers`). Resuming in the middle of an
+    iteration redraws it from its start, in bulk, and skips what was yielded.
 
     Args:
         data_source: the dataset (anything with ``__len__``) to sample from.
         replacement: draw with replacement if ``True``. Default: ``False``.
         num_samples: number of indices per epoch. Default: ``len(data_source)``, read at each
             epoch since the dataset may change size.
-        generator: ``None`` (a seed from torch's default generator, or numpy's global state
-            without torch, at each epoch), a ``numpy.random.Generator``, a
-            ``torch.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
+        generator: ``None`` (torch's default generator once torch is imported, else numpy's
+            global state, at each epoch), a ``torch.Generator`` (torch's keys), a
+            ``numpy.random.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
 
     Example:
         >>> sorted(RandomSampler(range(5), generator=0))
@@ -301,7 +201,11 @@ class RandomSampler(_Shuffling):
     _state_type = "RandomSampler"
 
     def _keys(self, iteration: _Iteration) -> Iterator[int]:
-        return iteration.track(self._blocks(self._rng_of(iteration), iteration.position))
+        rng = self._rng_of(iteration)
+        skip = iteration.position
+        if isinstance(rng, np.random.Generator):
+            return iteration.track(self._blocks(rng, skip))
+        return iteration.track(self._torch_blocks(rng, skip))
 
     def _blocks(self, rng: np.random.Generator, skip: int) -> Iterator[list[int]]:
         # Blocks are drawn exactly as in an uninterrupted iteration, so that the generator
@@ -318,20 +222,39 @@ class RandomSampler(_Shuffling):
         if count % n:
             yield _after(rng.choice(n, size=count % n, replace=False), count - count % n, skip)
 
+    def _torch_blocks(self, rng: Any, skip: int) -> Iterator[list[int]]:
+        # torch's RandomSampler, draw for draw: each block when its first key is asked for, and
+        # a last (maybe empty) one when the key after the last is.
+        n = len(self.data_source)
+        count = self.num_samples
+        if self.generator is None:
+            rng = seeded_generator(_torch_seed(rng))  # torch's own generator for the iteration
+        size = TORCH_BLOCK if self.replacement else n
+        for first in range(0, count - count % size, size):
+            block = randint(n, size, rng) if self.replacement else randperm(n, rng)
+            yield block[max(skip - first, 0) :]
+        first = count - count % size
+        if self.replacement:
+            last = randint(n, count % size, rng)
+        else:
+            last = randperm(n, rng)[: count % size]
+        yield last[max(skip - first, 0) :]
+
     def __len__(self) -> int:
         return self.num_samples
 
 
-class SubsetRandomSampler(_Shuffling):
+class SubsetRandomSampler(Shuffling):
     """Yield the elements of ``indices`` in random order, without replacement.
 
-    Its state (see :meth:`state_dict`) adds ``"generator"``, a bit-generator state.
+    Its state (see :meth:`state_dict`) adds ``"generator"`` and ``"torch_generator"``, the
+    states that replay an iteration (see :mod:`aioload.samplers`).
 
     Args:
         indices: a sequence of keys (list, tuple, range or 1-D numpy array).
-        generator: ``None`` (a seed from torch's default generator, or numpy's global state
-            without torch, at each epoch), a ``numpy.random.Generator``, a
-            ``torch.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
+        generator: ``None`` (torch's default generator once torch is imported, else numpy's
+            global state, at each epoch), a ``torch.Generator`` (torch's keys), a
+            ``numpy.random.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
 
     Example:
         >>> sorted(SubsetRandomSampler([10, 20, 30], generator=0))
@@ -358,22 +281,22 @@ class SubsetRandomSampler(_Shuffling):
     _state_type = "SubsetRandomSampler"
 
     def _keys(self, iteration: _Iteration) -> Iterator[int]:
-        order = self._rng_of(iteration).permutation(len(self.indices))[iteration.position :]
+        order = _permutation(len(self.indices), self._rng_of(iteration))[iteration.position :]
         if isinstance(self.indices, np.ndarray):
             return iteration.track([self.indices[order].tolist()])
         # ``map`` takes one position at a time, so the count of positions is that of keys.
-        return map(self.indices.__getitem__, iteration.track([order.tolist()]))
+        return map(self.indices.__getitem__, iteration.track([order]))
 
     def __len__(self) -> int:
         return len(self.indices)
 
 
-class WeightedRandomSampler(_Shuffling):
+class WeightedRandomSampler(Shuffling):
     """Yield indices ``0..len(weights)-1`` drawn with probability proportional to ``weights``.
 
-    Its state (see :meth:`state_dict`) adds ``"generator"``, a bit-generator state. Resuming
-    in the middle of an iteration redraws it from its start, in bulk, and skips what was
-    yielded.
+    Its state (see :meth:`state_dict`) adds ``"generator"`` and ``"torch_generator"``, the
+    states that replay an iteration (see :mod:`aioload.samplers`). Resuming in the middle of an
+    iteration redraws it from its start, in bulk, and skips what was yielded.
 
     Args:
         weights: a 1-D sequence of non-negative, finite weights, not all zero; they need not
@@ -382,9 +305,9 @@ class WeightedRandomSampler(_Shuffling):
         replacement: if ``True`` (default) indices are drawn independently; if ``False`` each
             index is drawn at most once, so ``num_samples`` may not exceed the number of
             non-zero weights.
-        generator: ``None`` (a seed from torch's default generator, or numpy's global state
-            without torch, at each epoch), a ``numpy.random.Generator``, a
-            ``torch.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
+        generator: ``None`` (torch's default generator once torch is imported, else numpy's
+            global state, at each epoch), a ``torch.Generator`` (torch's keys), a
+            ``numpy.random.Generator`` or an ``int`` seed (see :mod:`aioload.samplers`).
 
     Example:
         >>> keys = list(WeightedRandomSampler([0.0, 1.0, 3.0], 100, generator=0))
@@ -442,7 +365,13 @@ class WeightedRandomSampler(_Shuffling):
     _state_type = "WeightedRandomSampler"
 
     def _keys(self, iteration: _Iteration) -> Iterator[int]:
-        return iteration.track(self._blocks(self._rng_of(iteration), iteration.position))
+        rng = self._rng_of(iteration)
+        skip = iteration.position
+        if isinstance(rng, np.random.Generator):
+            return iteration.track(self._blocks(rng, skip))
+        # torch's one multinomial draw for the whole iteration, at its first key.
+        keys = multinomial(self.weights, self.num_samples, self.replacement, rng)
+        return iteration.track([keys[skip:]])
 
     def _blocks(self, rng: np.random.Generator, skip: int) -> Iterator[list[int]]:
         count = self.num_samples
@@ -488,12 +417,22 @@ def _as_generator(generator: object) -> Rng:
     )
 
 
-def _rng(generator: Rng) -> np.random.Generator:
-    """A numpy generator to draw with: ``generator`` itself, or one seeded by a draw from it
-    (a ``torch.Generator``) or from the global state (None)."""
-    if isinstance(generator, np.random.Generator):
-        return generator
-    return np.random.default_rng(_seed_from(generator))
+def _permutation(n: int, rng: Any) -> list[int]:
+    """A permutation of ``range(n)`` drawn from a numpy Generator, or torch's from a torch one."""
+    if isinstance(rng, np.random.Generator):
+        return cast(list[int], rng.permutation(n).tolist())
+    return randperm(n, rng)
+
+
+def _split_order(n: int, generator: Rng) -> list[int]:
+    """``random_split``'s order: torch's ``randperm`` from a ``torch.Generator``, or without one
+    from torch's default generator once torch is imported; else numpy's, from ``generator`` or
+    from a generator seeded by numpy's legacy global state."""
+    if generator is None:
+        generator = default_generator() if torch_is_imported() else None
+    if generator is None:
+        return _permutation(n, np.random.default_rng(_global_seed()))
+    return _permutation(n, generator)
 
 
 def _after(block: npt.NDArray[Any], first: int, skip: int) -> list[int]:

@@ -56,7 +56,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterable, Callable, Iterable
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 import anyio
@@ -73,7 +73,7 @@ from aioload.stats import EpochRecorder, Gauges, batch_nbytes
 
 __all__ = ["Epoch", "LoaderTimeoutError", "Window"]
 
-_DRY = object()  # an async sampler ran out while fast-forwarding
+_DRY = object()  # a sampler ran out (while fast-forwarding, or before its first batch)
 _clock = time.perf_counter
 # Which batches are measured (fetch latency, bytes): the first _MEASURE_FIRST of an
 # epoch, then one in _MEASURE_MASK + 1; the others cost a comparison or two.
@@ -176,8 +176,11 @@ class Epoch:
         skips: where the items dropped under ``on_error='skip'`` are recorded.
         progress: what the consumer received; a resumed epoch's says where
             numbering starts and which batches not to fetch.
-        on_iter: called once the sampler's iterator is open, before any batch
-            is drawn (the loader snapshots the sampler's state there).
+        on_iter: called once the sampler's iterator is open, after the first
+            batch is drawn from a sync sampler (whose iteration may begin only at
+            its first key, as torch's random samplers do) and before it is
+            fetched, before any is drawn from an async one (the loader snapshots
+            the sampler's state there).
         fast_forward: batches to draw from the sampler and drop before the
             first one (resuming over a sampler without ``state_dict``).
         stats: where the epoch records fetch latencies, skips and what each
@@ -400,7 +403,11 @@ class Epoch:
         else:
             sync_keys = iter(batches)
             if self._on_iter is not None:
-                self._on_iter()
+                # A random sampler begins its iteration (draws) at its first key, as torch's.
+                first_keys = next(sync_keys, _DRY)
+                if first_keys is not _DRY:
+                    self._on_iter()
+                    sync_keys = chain((first_keys,), sync_keys)
             if self._fast_forward:
                 next(islice(sync_keys, self._fast_forward, self._fast_forward), None)
             for keys in sync_keys:

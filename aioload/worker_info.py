@@ -9,8 +9,8 @@ task sets a per-thread one while it runs.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any, NoReturn
 
 __all__ = ["WorkerInfo", "get_worker_info", "set_process_worker_info", "set_thread_worker_info"]
 
@@ -29,6 +29,10 @@ class WorkerInfo:
             makes of its own stream. Not in torch's ``WorkerInfo``: an iterable
             dataset may use it to share its stream out in whole batches, so that
             the workers' batches add up to ``len(loader)``.
+
+    Its attributes are read-only: assigning one raises torch's
+    ``RuntimeError("Cannot assign attributes to WorkerInfo objects")`` (which is also
+    dataclasses' ``FrozenInstanceError``, an ``AttributeError``).
     """
 
     id: int
@@ -36,6 +40,19 @@ class WorkerInfo:
     seed: int
     dataset: Any
     batch_size: int | None = None
+
+
+class _ReadOnlyError(FrozenInstanceError, RuntimeError):
+    """Assigning an attribute of a :class:`WorkerInfo`: torch's ``RuntimeError`` there."""
+
+
+def _read_only(self: WorkerInfo, *_: Any) -> NoReturn:
+    raise _ReadOnlyError("Cannot assign attributes to WorkerInfo objects")
+
+
+# The frozen dataclass's __init__ sets its fields past these, as it does past its own.
+WorkerInfo.__setattr__ = _read_only  # type: ignore[method-assign, assignment]
+WorkerInfo.__delattr__ = _read_only  # type: ignore[method-assign, assignment]
 
 
 _worker_info: WorkerInfo | None = None

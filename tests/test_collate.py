@@ -683,6 +683,68 @@ def test_the_loader_reports_the_field_of_a_bad_sample() -> None:
         next(iter(DataLoader(samples, batch_size=2, num_workers=0)))
 
 
+class _BadAt:
+    """Sample ``i``: an image and a size under meta; key 13's image is None, key 11's size 3."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if i == 5:
+            raise KeyError("unreadable")  # skipped under on_error="skip"
+        return {
+            "image": None if i == 13 else np.zeros(3),
+            "meta": {"size": np.zeros(3 if i == 11 else 2)},
+        }
+
+
+class _AsyncBadAt(_BadAt):
+    async def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+@pytest.mark.parametrize("dataset", [_BadAt(), _AsyncBadAt()], ids=["sync", "async"])
+def test_the_loader_names_the_key_of_the_entry_that_does_not_collate(
+    num_workers: int, dataset: Any
+) -> None:
+    from aioload import DataLoader
+
+    loader = DataLoader(dataset, batch_size=4, sampler=[2, 13, 0, 1], num_workers=num_workers)
+    with pytest.raises(TypeError) as info:
+        next(iter(loader))
+    assert str(info.value).endswith(
+        "found <class 'NoneType'> in field ['image'] at entry 1 (key 13)"
+    )
+    # Both entries of a shape mismatch, deep in the sample.
+    loader = DataLoader(dataset, batch_size=3, sampler=[7, 11, 9], num_workers=num_workers)
+    with pytest.raises(RuntimeError) as ragged:
+        next(iter(loader))
+    assert str(ragged.value) == (
+        "default_collate: stack expects each array in field ['meta']['size'] to be equal size, "
+        "but got shape (2,) at entry 0 (key 7) and shape (3,) at entry 1 (key 11)"
+    )
+
+
+def test_with_skipped_items_the_key_is_that_of_the_entry_collated() -> None:
+    from aioload import DataLoader
+
+    # Key 5 fails and is skipped, so key 13 is entry 1 of the samples collated.
+    loader = DataLoader(_BadAt(), batch_size=3, sampler=[5, 4, 13], on_error="skip")
+    with pytest.raises(TypeError, match=r"in field \['image'\] at entry 1 \(key 13\)"):
+        next(iter(loader))
+
+
+def test_named_keys_are_quoted_as_python_writes_them() -> None:
+    from aioload.collate_errors import name_keys
+
+    with pytest.raises(TypeError) as info:
+        default_collate([1, "two"])
+    name_keys(info.value, ["a.jpg", "b.jpg"])
+    assert str(info.value).endswith("found <class 'str'> at entry 1 (key 'b.jpg')")
+    name_keys(ValueError("not a collate error"), [1])  # left alone
+
+
 BAD_BATCHES: list[Any] = [
     [None, None],
     [np.zeros(3), None],

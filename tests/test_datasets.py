@@ -483,8 +483,16 @@ def test_chain_dataset_len_of_an_unsized_member() -> None:
 
 
 def test_chain_dataset_rejects_a_non_iterable_member() -> None:
-    with pytest.raises(TypeError, match="ChainDataset only supports iterable datasets; got int"):
+    with pytest.raises(TypeError, match=r"ChainDataset only supports IterableDataset.* got int"):
         ChainDataset([Stream(2), 3])
+
+
+def test_a_dataset_of_the_wrong_kind_is_the_assertion_error_torch_raises() -> None:
+    # torch checks both with assert: an except AssertionError written for it still catches them.
+    with pytest.raises(AssertionError, match="ConcatDataset does not support IterableDataset"):
+        ConcatDataset([[1, 2], Stream(3)])
+    with pytest.raises(AssertionError, match="ChainDataset only supports IterableDataset"):
+        ChainDataset([Stream(2), ArrayDataset(np.arange(3))])
 
 
 def test_chain_dataset_nested_async_is_async() -> None:

@@ -138,6 +138,13 @@ def test_timeout_names_the_stalled_batch_in_for() -> None:
     assert "batch 3" in str(info.value) and "[6, 7]" in str(info.value)
 
 
+def test_a_timeout_is_the_runtime_error_torch_users_catch() -> None:
+    loader = DataLoader(Stalls(0, 5.0), batch_size=2, timeout=1)
+    with pytest.raises(RuntimeError, match=r"^DataLoader timed out after 1 seconds") as info:
+        next(iter(loader))
+    assert isinstance(info.value, LoaderTimeoutError | TimeoutError)
+
+
 @pytest.mark.asyncio
 async def test_timeout_names_the_stalled_batch_in_async_for() -> None:
     with pytest.raises(LoaderTimeoutError) as info:

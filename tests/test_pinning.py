@@ -198,7 +198,10 @@ def test_size_classes_round_up_to_pages_with_bounded_waste() -> None:
 # -- batches ------------------------------------------------------------------------------
 
 
-def test_pin_batch_recurses_and_preserves_structure(pool: PinnedBufferPool) -> None:
+def test_pin_batch_recurses_and_preserves_structure(
+    pool: PinnedBufferPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # as before torch is imported
     x = np.arange(6.0).reshape(2, 3)
     custom = CustomBatch(np.ones(2))
     batch: dict[str, Any] = {
@@ -472,6 +475,9 @@ def test_mlock_refused_warns_once_and_falls_back(
             out = pin_batch(sources, pool)
             again = pin_batch(sources, pool)
         assert len(record) == 1
+        # It names the limit to raise, not a bound the loader's users cannot set.
+        message = str(record[0].message)
+        assert "RLIMIT_MEMLOCK" in message and "max_bytes" not in message
         assert issubclass(PinMemoryWarning, RuntimeWarning)
         assert len(attempts) == 1  # locking is not retried
         for pinned, source in zip(out + again, sources + sources, strict=True):

@@ -82,12 +82,17 @@ def check_resume(
         keys = iter(original)
         head = list(islice(keys, stop))
         state = roundtrip(original.state_dict())
-        assert state["in_progress"] is True
+        # An iteration of torch's generator-function samplers begins at its first key.
+        started = stop > 0 or not isinstance(original, LAZY)
+        assert state["in_progress"] is started
         resumed = make()
         resumed.load_state_dict(state)
         rest = list(resumed)
         continued = list(keys)  # the original, left alone, goes on as if nothing happened
-        assert head + rest == head + continued
+        if deterministic or started:
+            assert head + rest == head + continued
+        else:  # neither had drawn: each draws from fresh entropy
+            assert len(rest) == len(continued)
         if deterministic:
             assert head + rest == expected[done_epochs]
         first_resumed = done_epochs + 1
@@ -96,6 +101,10 @@ def check_resume(
         assert later == expected[first_resumed:]
     else:
         assert list(map(len, later)) == list(map(len, expected[first_resumed:]))
+
+
+# torch's samplers whose ``__iter__`` is a generator function: nothing drawn before the first key.
+LAZY = (RandomSampler, SubsetRandomSampler, WeightedRandomSampler, BatchSampler)
 
 
 def stops(length: int) -> st.SearchStrategy[int | None]:
@@ -560,7 +569,7 @@ def edited(state: dict[str, Any], **changes: Any) -> dict[str, Any]:
         (None, "should be a dict from state_dict"),
         (edited(RANDOM_STATE, type="SequentialSampler"), "expected a state from a RandomSampler"),
         (edited(RANDOM_STATE, type=DROP), r"got one from something else \(type=None\)"),
-        (edited(RANDOM_STATE, version=2), "version=2, but this aioload reads version 1"),
+        (edited(RANDOM_STATE, version=1), "version=1, but this aioload reads version 2"),
         (edited(RANDOM_STATE, yielded=DROP), "missing the field 'yielded'"),
         (edited(RANDOM_STATE, yielded="2"), "'yielded' should be int, but got str"),
         (edited(RANDOM_STATE, yielded=True), "'yielded' should be int, but got bool"),
@@ -570,7 +579,7 @@ def edited(state: dict[str, Any], **changes: Any) -> dict[str, Any]:
         (edited(RANDOM_STATE, in_progress=1), "'in_progress' should be bool, but got int"),
         (edited(RANDOM_STATE, generator=DROP), "missing the field 'generator'"),
         (edited(RANDOM_STATE, generator=[1]), "'generator' should be dict or None"),
-        (edited(RANDOM_STATE, generator=None), "in progress but has generator=None"),
+        (edited(RANDOM_STATE, generator=None), r"has generator=None \(its sampler had no numpy"),
         (edited(RANDOM_STATE, generator={"bit_generator": "Nope"}), "bit_generator='Nope'"),
         (
             edited(RANDOM_STATE, generator={"bit_generator": "PCG64", "state": {}}),

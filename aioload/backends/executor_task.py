@@ -227,7 +227,7 @@ def _new_state(
         loaded = _load_setup(setup)
         info = WorkerInfo(worker_id, placement.num_workers, base_seed + worker_id, loaded.dataset)
         if seed:
-            seed_generators(info.seed)
+            seed_generators(info.seed, worker_id)
         if loaded.worker_init_fn is not None:
             set_thread_worker_info(info)
             try:

@@ -62,16 +62,17 @@ from aioload.wire import (
 __all__ = ["ProcessBackend"]
 
 
-def _describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "exited"
-    if exitcode < 0:
+def _describe_death(pid: int | None, exitcode: int | None) -> str:
+    """torch's sentence for a dead worker (``is killed by signal: ...``), with the signal's name."""
+    if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        return f"was killed by {name}"
-    return f"exited with code {exitcode}"
+        described = signal.strsignal(-exitcode) or name
+        return f"DataLoader worker (pid {pid}) is killed by signal: {described} ({name})."
+    code = "" if exitcode is None else f" with exit code {exitcode}"
+    return f"DataLoader worker (pid {pid}) exited unexpectedly{code}."
 
 
 _EXIT_STATUS_WAIT = 0.2  # seconds a process whose sentinel fired gets to become reapable
@@ -396,9 +397,8 @@ class ProcessBackend:
             )
             self._fail(
                 WorkerCrashedError(
-                    f"DataLoader worker {handle.id} (pid {pid}) {_describe_exit(exitcode)} "
-                    f"while holding batches {sorted(held)} (keys {keys!r}); not restarted: "
-                    f"{why}",
+                    f"{_describe_death(pid, exitcode)} It was worker {handle.id}, holding "
+                    f"batches {sorted(held)} (keys {keys!r}); not restarted: {why}",
                     worker_id=handle.id,
                     pid=pid,
                     exitcode=exitcode,

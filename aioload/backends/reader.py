@@ -44,6 +44,7 @@ from typing import Any
 from aioload.backends.base import Outcome
 from aioload.backends.guarded_stream import GuardedStream
 from aioload.collate import default_collate
+from aioload.collate_errors import name_keys
 from aioload.eager import ItemPool
 from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
 from aioload.groups import reported
@@ -221,15 +222,19 @@ class BatchReader:
             if guard is None:
                 if self._single:
                     return Outcome(seq, self._collate(self._fetcher.fetch_one_sync(keys)))
-                return Outcome(seq, self._collate(self._fetcher.fetch_sync(_sequence(keys))))
+                keys = _sequence(keys)
+                return Outcome(seq, self._collate(self._fetcher.fetch_sync(keys)))
             results: Sequence[Any]
             if self._single:
                 results = [guard.fetch_one_sync(keys)]
             else:
-                results = guard.fetch_sync(_sequence(keys))
+                keys = _sequence(keys)
+                results = guard.fetch_sync(keys)
         except BaseException as error:  # SystemExit too: a sync read is never cancelled
+            if not self._single:
+                name_keys(error, keys)  # a collate error says which key its entry is
             return self._failed(seq, error)
-        return self._kept(seq, results)
+        return self._kept(seq, keys, results)
 
     def read_async(
         self, seq: int, keys: Any, pool: ItemPool, done: Callable[[Outcome], None]
@@ -243,15 +248,20 @@ class BatchReader:
         guard = self._guard
         single = self._single
 
+        if not single:
+            keys = _sequence(keys)
+
         def finished(samples: Any, error: BaseException | None) -> None:
             if error is not None:
                 done(self._failed(seq, error))
             elif guard is not None:
-                done(self._kept(seq, [samples] if single else samples))
+                done(self._kept(seq, keys, [samples] if single else samples))
             else:
                 try:
                     batch = self._collate(samples)
                 except BaseException as collate_error:
+                    if not single:
+                        name_keys(collate_error, keys)
                     done(Outcome(seq, error=collate_error))
                 else:
                     done(Outcome(seq, batch))
@@ -261,21 +271,29 @@ class BatchReader:
             if single:
                 reader.fetch_one(keys, pool, finished)
             else:
-                reader.fetch(_sequence(keys), pool, finished)
+                reader.fetch(keys, pool, finished)
         except BaseException as error:  # __getitem__ raised before returning a coroutine
             done(self._failed(seq, error))
 
-    def _kept(self, seq: int, results: Sequence[Any]) -> Outcome:
-        """Collates the samples the fault policy did not skip."""
+    def _kept(self, seq: int, keys: Any, results: Sequence[Any]) -> Outcome:
+        """Collates the samples the fault policy did not skip (``keys``: those of ``results``)."""
         retries = self._take_retries()
         skipped = tuple(result.record for result in results if type(result) is Skip)
         if skipped:
+            if not self._single:
+                keys = [
+                    key
+                    for key, result in zip(keys, results, strict=True)
+                    if type(result) is not Skip
+                ]
             results = [result for result in results if type(result) is not Skip]
             if not results:
                 return Outcome(seq, skipped=skipped, retries=retries, empty=True)
         try:
             batch = self._collate(results[0] if self._single else results)
         except BaseException as error:
+            if not self._single:
+                name_keys(error, keys)
             if skipped:
                 error.add_note(f"the batch's skipped items: {[item.key for item in skipped]!r}")
             return Outcome(seq, error=error, skipped=skipped, retries=retries)

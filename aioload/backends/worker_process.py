@@ -95,10 +95,18 @@ ORPHAN_GRACE = 1.0  # seconds a worker whose loader died gets to stop by itself
 _POLL_LOADER = 0.5  # seconds between looks at the loader's pid, where there is no pidfd
 
 
-def seed_generators(seed: int) -> None:
-    """Seeds Python's ``random``, numpy's legacy global state and torch (if imported)."""
+def seed_generators(seed: int, worker_id: int) -> None:
+    """Seeds Python's ``random``, numpy's legacy global state and torch (if imported), as torch's
+    workers do.
+
+    ``seed`` is the worker's (``base_seed + worker_id``): ``random`` and torch take it, numpy takes
+    the four words torch derives from the base seed and the worker id (numpy's own
+    ``SeedSequence`` of them), so that ``np.random`` in a worker draws what it draws under torch.
+    """
     random.seed(seed)
-    np.random.seed([seed & 0xFFFF_FFFF, (seed >> 32) & 0xFFFF_FFFF])
+    base_seed = seed - worker_id
+    words = [worker_id, base_seed & 0xFFFF_FFFF, base_seed >> 32]
+    np.random.seed(np.random.SeedSequence(words).generate_state(4))
     # Only when the worker has imported torch (the dataset's or the main module
     # did): importing it here would add about a second to every worker start.
     torch = sys.modules.get("torch")
@@ -234,7 +242,7 @@ def worker_main(
         if setup.ranks is not None:
             set_loader_ranks(setup.ranks)
         limit_torch_threads()  # after the setup: unpickling the dataset may import torch
-        seed_generators(seed)
+        seed_generators(seed, worker_id)
         if setup.worker_init_fn is not None:
             setup.worker_init_fn(worker_id)
     except BaseException as error:

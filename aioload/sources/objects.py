@@ -26,7 +26,7 @@ from typing import Any
 import obstore
 
 from aioload.datasets import Dataset
-from aioload.samplers import Rng
+from aioload.sampler_shuffling import Rng
 from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder

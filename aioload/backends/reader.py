@@ -8,7 +8,8 @@ it. It
 - reads the keys (``__getitems__`` or ``__getitem__`` per key, sync or async,
   through :class:`~aioload.fetch.Fetcher`), or the next samples of a stream;
 - applies the fault policy (retries, item timeouts, skips) through a
-  :class:`~aioload.fetch.GuardedFetcher` when one is active, or for a stream
+  :class:`~aioload.fetch.GuardedFetcher` (over the one retry loop,
+  :class:`~aioload.retrier.Retrier`) when one is active, or for a stream
   that opted in through a :class:`~aioload.backends.guarded_stream.GuardedStream`
   (the default path pays nothing for either);
 - collates what was kept (or the one sample, without automatic batching);
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,10 +45,11 @@ from aioload.backends.base import Outcome
 from aioload.backends.guarded_stream import GuardedStream
 from aioload.collate import default_collate
 from aioload.eager import ItemPool
-from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
+from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher
 from aioload.groups import reported
 from aioload.policy import FaultPolicy
 from aioload.ranks import LauncherRanks
+from aioload.retrier import Retrier, Skip
 from aioload.row_block import batch_stream_of, rows_for_collate
 from aioload.source_stats import SourceCounts
 
@@ -146,8 +147,6 @@ class BatchReader:
             open_batches = functools.partial(batches, self._batch_size, self._drop_last)
             self._batch_size = None
         self._track = protocol.iterable and setup.track_stream_state
-        self._retries = 0
-        self._retries_lock = threading.Lock()
         # The dataset's source-counts hook (aioload.source_stats), if it has one: only then
         # does an outcome pay for a call.
         take = getattr(setup.dataset, "take_source_counts", None)
@@ -155,9 +154,12 @@ class BatchReader:
             take if callable(take) else None
         )
         policy = setup.policy
+        # The one retrier of a map-style dataset's fault policy (None: nothing guarded).
+        self._retrier: Retrier | None = None
         self._guard: GuardedFetcher | None = None
         if policy is not None and policy.active and not protocol.iterable:
-            self._guard = GuardedFetcher(fetcher, policy, worker, on_retry=self._count_retry)
+            self._retrier = Retrier(policy, worker)
+            self._guard = GuardedFetcher(fetcher, self._retrier)
         self._sync_stream: Iterator[Any] | None = None
         self._async_stream: AsyncIterator[Any] | None = None
         # Why the stream could not be opened: the first batch's error, then the end.
@@ -195,8 +197,8 @@ class BatchReader:
 
     def close(self) -> None:
         """The epoch is closing: sync reads waiting to retry give up now (any thread)."""
-        if self._guard is not None:
-            self._guard.close()
+        if self._retrier is not None:
+            self._retrier.close()
         if self._guarded is not None:
             self._guarded.close()
 
@@ -296,17 +298,9 @@ class BatchReader:
     def _deliver_counted(self, done: Callable[[Outcome], None], outcome: Outcome) -> None:
         done(self._counted(outcome))
 
-    def _count_retry(self) -> None:
-        with self._retries_lock:  # sync reads retry in several fetch threads
-            self._retries += 1
-
     def _take_retries(self) -> int:
         """The retries since the last outcome, which this outcome reports."""
-        if not self._retries:
-            return 0
-        with self._retries_lock:
-            retries, self._retries = self._retries, 0
-        return retries
+        return 0 if self._retrier is None else self._retrier.take_retries()
 
     # -- iterable -------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Fetch: which protocol a dataset speaks, and reading samples from it.
 
 :func:`inspect_dataset` tells map-style from iterable and sync from async once,
-when a loader is built; :class:`Fetcher` then reads a batch of keys (or the
-next samples of a stream) the cheapest way that protocol allows:
+when a loader is built; :class:`Fetcher` then reads a batch of keys the
+cheapest way that protocol allows:
 
 - ``__getitems__(keys)`` when the dataset has one (awaited if it is a
   coroutine function), else ``__getitem__`` once per key;
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,8 @@ class Fetcher:
         protocol: its :class:`DatasetProtocol` (from :func:`inspect_dataset`).
 
     ``fetch_sync`` serves sync map-style datasets, ``fetch`` every map-style
-    dataset on an event loop, and ``stream_sync``/``stream`` iterable ones.
+    dataset on an event loop (an iterable dataset's stream is opened and read by
+    :class:`~aioload.backends.streams.StreamReader`).
     """
 
     def __init__(self, dataset: Any, protocol: DatasetProtocol) -> None:
@@ -172,26 +173,11 @@ class Fetcher:
 
         pool.submit([self._getitem(key)], unwrap)  # type: ignore[misc]
 
-    def stream_sync(self) -> Iterator[Any]:
-        """The samples of a sync iterable dataset."""
-        return iter(self.dataset)
-
-    def stream(self) -> AsyncIterator[Any]:
-        """The samples of an iterable dataset (sync or async) as an async iterator."""
-        if self.protocol.is_async:
-            return aiter(self.dataset)
-        return _async_from_sync(iter(self.dataset))
-
 
 def _as_list(samples: Any) -> Sequence[Any]:
     """A ``__getitems__`` result as a list; a :class:`~aioload.row_block.RowBlock` stays one
     (it collates by columns, see :mod:`aioload.row_block`)."""
     return samples if isinstance(samples, RowBlock) else list(samples)
-
-
-async def _async_from_sync(iterator: Iterator[Any]) -> AsyncIterator[Any]:
-    for sample in iterator:
-        yield sample
 
 
 def _has_own_getitems(dataset: Any) -> bool:

@@ -11,7 +11,8 @@ needs, once per reader (one per epoch, per worker):
   (:meth:`Retrier.attempts`), each attempt bounded by ``item_timeout`` where the caller
   asks (map-style items; nothing bounds one sample of a stream);
 - the retries since the last outcome (:meth:`Retrier.take_retries`, for ``loader.stats()``);
-- the skip markers (:class:`Skip`).
+- the skip markers (:class:`Skip`), and the reader's own count of skips against a
+  ``max_skipped`` count (:meth:`Retrier.count_skip`).
 
 Map-style datasets are read through it by :class:`~aioload.fetch.GuardedFetcher`; a
 stream is handed a :class:`~aioload.stream_faults.StreamGuard`, which is a retrier with
@@ -97,6 +98,10 @@ class Retrier:
         self.worker = worker
         self._retry = policy.retry
         self._skip = policy.on_error == "skip"
+        limit = policy.max_skipped
+        # A fraction needs the epoch's length, which only the epoch's SkipLog knows.
+        self._skip_limit = limit if isinstance(limit, int) else None
+        self._skips = 0
         self._rng = random.Random()
         self._closed = threading.Event()
         self._retries = 0
@@ -285,3 +290,14 @@ class Retrier:
     ) -> Skip:
         """The marker of ``key``, given up after ``attempts`` attempts (the last raised it)."""
         return Skip(SkippedItem.from_error(key, error, attempts, self.worker, where))
+
+    def count_skip(self) -> bool:
+        """Counts a skip this reader met; whether it alone is past a ``max_skipped`` count.
+
+        A reader past the limit has its skips reported at once (the epoch's
+        :class:`~aioload.policy.SkipLog` then ends the epoch), however few samples it
+        read meanwhile.
+        """
+        self._skips += 1
+        limit = self._skip_limit
+        return limit is not None and self._skips > limit

@@ -253,25 +253,20 @@ class GuardedFetcher:
 
     def fetch_one_sync(self, key: Any) -> Any:
         """One sample of a sync map-style dataset, or a :class:`Skip`."""
-        value, error, attempts = self._item_sync(key)
-        if error is None:
-            return value
-        return self._give_up(key, error, attempts)
+        return self._result(key, self._item_sync(key))
 
     def fetch_sync(self, keys: Sequence[Any]) -> Sequence[Any]:
         """The samples for ``keys`` of a sync map-style dataset (:class:`Skip` if dropped)."""
         if self._getitems is None:
             one = self.fetch_one_sync
             return [one(key) for key in keys]
-        value, error, attempts = self._retrier.attempts_sync(
+        batch = self._retrier.attempts_sync(
             self._read_batch_sync, (keys,), timeout=self._timeout, what=_keys
         )
-        if error is None:
-            return value  # type: ignore[no-any-return]
-        if not self._retrier.skipping or self._retrier.transient(error):
-            return self._batch_failed(keys, error, attempts)
-        outcomes = [self._item_sync(key) for key in keys]
-        return self._one_by_one(keys, outcomes, error, attempts)
+        results = self._batch_result(keys, batch)
+        if results is not None:
+            return results
+        return self._one_by_one(keys, [self._item_sync(key) for key in keys], batch)
 
     def fetch(self, keys: Sequence[Any], pool: ItemPool, done: Done) -> None:
         """Reads ``keys`` on the running loop through ``pool``; ``done(samples, error)``."""
@@ -311,24 +306,35 @@ class GuardedFetcher:
         return await _resolve(list(result))
 
     async def _item(self, key: Any) -> Any:
-        value, error, attempts = await self._item_attempts(key)
-        if error is None:
-            return value
-        return self._give_up(key, error, attempts)
+        return self._result(key, await self._item_attempts(key))
 
     async def _batch(self, keys: Sequence[Any]) -> list[Any]:
-        value, error, attempts = await self._retrier.attempts(
+        batch = await self._retrier.attempts(
             self._read_batch_async, (keys,), timeout=self._timeout, what=_keys
         )
+        results = self._batch_result(keys, batch)
+        if results is not None:
+            return results
+        # Fallback reads run outside the pool's limit: they are one batch's keys at most.
+        outcomes = await asyncio.gather(*(self._item_attempts(key) for key in keys))
+        return self._one_by_one(keys, outcomes, batch)
+
+    # -- decisions -------------------------------------------------------------
+
+    def _result(self, key: Any, attempted: Attempted) -> Any:
+        """An item's value, or (its attempts failed) its :class:`Skip` or its error raised."""
+        value, error, attempts = attempted
+        return value if error is None else self._give_up(key, error, attempts)
+
+    def _batch_result(self, keys: Sequence[Any], batch: Attempted) -> list[Any] | None:
+        """A ``__getitems__`` call's samples, or its keys' skips or its error raised; None
+        when its keys are to be read one by one to find the bad ones."""
+        value, error, attempts = batch
         if error is None:
             return value  # type: ignore[no-any-return]
         if not self._retrier.skipping or self._retrier.transient(error):
             return self._batch_failed(keys, error, attempts)
-        # Fallback reads run outside the pool's limit: they are one batch's keys at most.
-        outcomes = await asyncio.gather(*(self._item_attempts(key) for key in keys))
-        return self._one_by_one(keys, outcomes, error, attempts)
-
-    # -- decisions -------------------------------------------------------------
+        return None
 
     def _give_up(self, key: Any, error: Exception, attempts: int) -> Skip:
         """An item's last attempt failed: its :class:`Skip`, or ``error`` raised."""
@@ -344,22 +350,14 @@ class GuardedFetcher:
         return [skipped(key, error, attempts) for key in keys]
 
     def _one_by_one(
-        self,
-        keys: Sequence[Any],
-        outcomes: Sequence[Attempted],
-        batch_error: Exception,
-        batch_attempts: int,
+        self, keys: Sequence[Any], outcomes: Sequence[Attempted], batch: Attempted
     ) -> list[Any]:
         """The samples of a failed ``__getitems__`` call's keys, read one by one."""
-        results = []
-        for key, (value, error, attempts) in zip(keys, outcomes, strict=True):
-            if error is None:
-                results.append(value)
-            elif isinstance(error, NotImplementedError):
-                results.append(self._give_up(key, batch_error, batch_attempts))
-            else:
-                results.append(self._give_up(key, error, attempts))
-        return results
+        # A __getitem__ that is not implemented leaves the batch's error standing for its key.
+        return [
+            self._result(key, batch if isinstance(item.error, NotImplementedError) else item)
+            for key, item in zip(keys, outcomes, strict=True)
+        ]
 
 
 def _key(key: Any) -> str:

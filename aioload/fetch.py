@@ -1,8 +1,8 @@
 """Fetch: which protocol a dataset speaks, and reading samples from it.
 
 :func:`inspect_dataset` tells map-style from iterable and sync from async once,
-when a loader is built; :class:`Fetcher` then reads a batch of keys (or the
-next samples of a stream) the cheapest way that protocol allows:
+when a loader is built; :class:`Fetcher` then reads a batch of keys the
+cheapest way that protocol allows:
 
 - ``__getitems__(keys)`` when the dataset has one (awaited if it is a
   coroutine function), else ``__getitem__`` once per key;
@@ -14,30 +14,26 @@ next samples of a stream) the cheapest way that protocol allows:
   same way.
 
 Under an active :class:`~aioload.policy.FaultPolicy` a :class:`GuardedFetcher`
-reads instead (retries, item timeouts, skips); the default path pays nothing
-for it: no wrapper coroutine and no check per item.
+reads instead, through the reader's :class:`~aioload.retrier.Retrier` (retries,
+item timeouts, skips); the default path pays nothing for it: no wrapper
+coroutine and no check per item.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import random
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aioload.datasets import ChainDataset, Subset, _getitem_is_async
 from aioload.eager import Done, ItemPool
 from aioload.iterable_datasets import _is_iterable_dataset
-from aioload.policy import FaultPolicy, ItemTimeoutError, SkippedItem
+from aioload.retrier import Attempted, Retrier, Skip
 from aioload.row_block import RowBlock
 
 __all__ = ["DatasetProtocol", "Fetcher", "GuardedFetcher", "Skip", "inspect_dataset"]
-
-_ABANDON_SLICE = 0.05  # how often a wait for a sync attempt checks that the epoch still runs
 
 
 @dataclass(frozen=True)
@@ -125,7 +121,8 @@ class Fetcher:
         protocol: its :class:`DatasetProtocol` (from :func:`inspect_dataset`).
 
     ``fetch_sync`` serves sync map-style datasets, ``fetch`` every map-style
-    dataset on an event loop, and ``stream_sync``/``stream`` iterable ones.
+    dataset on an event loop (an iterable dataset's stream is opened and read by
+    :class:`~aioload.backends.streams.StreamReader`).
     """
 
     def __init__(self, dataset: Any, protocol: DatasetProtocol) -> None:
@@ -176,39 +173,11 @@ class Fetcher:
 
         pool.submit([self._getitem(key)], unwrap)  # type: ignore[misc]
 
-    def stream_sync(self) -> Iterator[Any]:
-        """The samples of a sync iterable dataset."""
-        return iter(self.dataset)
-
-    def stream(self) -> AsyncIterator[Any]:
-        """The samples of an iterable dataset (sync or async) as an async iterator."""
-        if self.protocol.is_async:
-            return aiter(self.dataset)
-        return _async_from_sync(iter(self.dataset))
-
 
 def _as_list(samples: Any) -> Sequence[Any]:
     """A ``__getitems__`` result as a list; a :class:`~aioload.row_block.RowBlock` stays one
     (it collates by columns, see :mod:`aioload.row_block`)."""
     return samples if isinstance(samples, RowBlock) else list(samples)
-
-
-async def _async_from_sync(iterator: Iterator[Any]) -> AsyncIterator[Any]:
-    for sample in iterator:
-        yield sample
-
-
-class Skip:
-    """Stands in a result list where ``on_error='skip'`` gave an item up."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: SkippedItem) -> None:
-        self.record = record
-
-
-# The value read (None on failure), the last error (None: success), the attempts made.
-Outcome = tuple[Any, BaseException | None, int]
 
 
 def _has_own_getitems(dataset: Any) -> bool:
@@ -239,10 +208,11 @@ async def _resolve(samples: list[Any]) -> list[Any]:
 class GuardedFetcher:
     """Reads a map-style dataset under an active :class:`~aioload.policy.FaultPolicy`.
 
-    It has :class:`Fetcher`'s map-style methods. In their results a
-    :class:`Skip` stands where ``on_error='skip'`` gave an item up; with
-    ``on_error='raise'`` an item's last error is raised, with a note naming
-    its key and attempts.
+    It has :class:`Fetcher`'s map-style methods; every read goes through the reader's
+    :class:`~aioload.retrier.Retrier` (attempts, backoff, the closed epoch). In their
+    results a :class:`Skip` stands where ``on_error='skip'`` gave an item up; with
+    ``on_error='raise'`` an item's last error is raised, with a note naming its key and
+    attempts.
 
     - Items (``__getitem__``): every attempt calls ``dataset[key]`` anew. An
       async item is awaited under ``asyncio.timeout(item_timeout)``. A sync
@@ -264,60 +234,39 @@ class GuardedFetcher:
 
     Args:
         fetcher: the plain fetcher of the (map-style) dataset.
-        policy: the policy.
-        worker: the worker process's id, for skip records (None: the loader's loop).
-        on_retry: called each time an attempt is followed by another (stats).
+        retrier: the reader's retrier (its policy, worker, closed epoch and retry count).
 
     Example::
 
-        guard = GuardedFetcher(Fetcher(dataset, inspect_dataset(dataset)), policy)
+        guard = GuardedFetcher(Fetcher(dataset, inspect_dataset(dataset)), Retrier(policy))
         samples = guard.fetch_sync([0, 1, 2])   # Skip markers where items were dropped
     """
 
-    def __init__(
-        self,
-        fetcher: Fetcher,
-        policy: FaultPolicy,
-        worker: int | None = None,
-        *,
-        on_retry: Callable[[], None] | None = None,
-    ) -> None:
-        self._on_retry = on_retry
+    def __init__(self, fetcher: Fetcher, retrier: Retrier) -> None:
         self.protocol = fetcher.protocol
+        self._retrier = retrier
         self._getitem: Callable[[Any], Any] = fetcher._getitem  # type: ignore[assignment]
         self._getitems = fetcher._getitems if _has_own_getitems(fetcher.dataset) else None
-        self._retry = policy.retry
-        self._timeout = policy.item_timeout
-        self._skip = policy.on_error == "skip"
-        self._worker = worker
-        self._rng = random.Random()
-        self._closed = threading.Event()
-
-    def close(self) -> None:
-        """The epoch is closing: sync reads waiting for a retry give up at once."""
-        self._closed.set()
+        self._timeout = retrier.policy.item_timeout
 
     # -- map-style reads ---------------------------------------------------
 
     def fetch_one_sync(self, key: Any) -> Any:
         """One sample of a sync map-style dataset, or a :class:`Skip`."""
-        value, error, attempts = self._attempts_sync(self._getitem, key, False)
-        if error is None:
-            return value
-        return self._give_up(key, error, attempts)
+        return self._result(key, self._item_sync(key))
 
     def fetch_sync(self, keys: Sequence[Any]) -> Sequence[Any]:
         """The samples for ``keys`` of a sync map-style dataset (:class:`Skip` if dropped)."""
         if self._getitems is None:
             one = self.fetch_one_sync
             return [one(key) for key in keys]
-        value, error, attempts = self._attempts_sync(self._read_batch_sync, keys, True)
-        if error is None:
-            return value  # type: ignore[no-any-return]
-        if not self._skip or self._transient(error):
-            return self._batch_failed(keys, error, attempts)
-        outcomes = [self._attempts_sync(self._getitem, key, False) for key in keys]
-        return self._one_by_one(keys, outcomes, error, attempts)
+        batch = self._retrier.attempts_sync(
+            self._read_batch_sync, (keys,), timeout=self._timeout, what=_keys
+        )
+        results = self._batch_result(keys, batch)
+        if results is not None:
+            return results
+        return self._one_by_one(keys, [self._item_sync(key) for key in keys], batch)
 
     def fetch(self, keys: Sequence[Any], pool: ItemPool, done: Done) -> None:
         """Reads ``keys`` on the running loop through ``pool``; ``done(samples, error)``."""
@@ -341,81 +290,11 @@ class GuardedFetcher:
 
     # -- attempts ------------------------------------------------------------
 
-    def _attempts_sync(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Outcome:
-        timeout = self._timeout
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if timeout is None:
-                    return read(arg), None, attempt
-                return self._abandon_after(timeout, read, arg, batched), None, attempt
-            except Exception as error:
-                # Event.wait is the backoff: close() ends it, and the item gives up.
-                if not self._again(error, attempt) or self._closed.wait(self._delay(attempt)):
-                    return None, error, attempt
+    def _item_sync(self, key: Any) -> Attempted:
+        return self._retrier.attempts_sync(self._getitem, (key,), timeout=self._timeout, what=_key)
 
-    def _abandon_after(
-        self, timeout: float, read: Callable[[Any], Any], arg: Any, batched: bool
-    ) -> Any:
-        """``read(arg)`` in a thread of its own, given up after ``timeout`` seconds.
-
-        A sync call cannot be interrupted, so a hung one is abandoned: its
-        daemon thread runs on until the call returns, and its result is dropped.
-        """
-        outcome: list[Any] = []
-        finished = threading.Event()
-
-        def attempt() -> None:
-            try:
-                outcome.append((read(arg), None))
-            except BaseException as error:
-                outcome.append((None, error))
-            finally:
-                finished.set()
-
-        thread = threading.Thread(target=attempt, name="aioload-item", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + timeout
-        while not finished.wait(min(_ABANDON_SLICE, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline or self._closed.is_set():
-                raise ItemTimeoutError(
-                    f"reading {_describe(arg, batched)} took longer than item_timeout="
-                    f"{timeout} s; the sync call was abandoned (it cannot be interrupted: it "
-                    "finishes in the background and its result is dropped)"
-                )
-        value, error = outcome[0]
-        if error is not None:
-            raise error
-        return value
-
-    async def _attempts_async(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Outcome:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._attempt(read, arg, batched), None, attempt
-            except Exception as error:
-                if not self._again(error, attempt):
-                    return None, error, attempt
-            await asyncio.sleep(self._delay(attempt))
-
-    async def _attempt(self, read: Callable[[Any], Any], arg: Any, batched: bool) -> Any:
-        timeout = self._timeout
-        if timeout is None:
-            value = read(arg)
-            return await value if inspect.isawaitable(value) else value
-        scope = asyncio.timeout(timeout)
-        try:
-            async with scope:
-                value = read(arg)
-                return await value if inspect.isawaitable(value) else value
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the dataset's own TimeoutError
-            raise ItemTimeoutError(
-                f"reading {_describe(arg, batched)} took longer than item_timeout={timeout} s"
-            ) from None
+    def _item_attempts(self, key: Any) -> Coroutine[Any, Any, Attempted]:
+        return self._retrier.attempts(self._getitem, (key,), timeout=self._timeout, what=_key)
 
     def _read_batch_sync(self, keys: Sequence[Any]) -> list[Any]:
         return list(self._getitems(keys))  # type: ignore[misc]
@@ -427,81 +306,69 @@ class GuardedFetcher:
         return await _resolve(list(result))
 
     async def _item(self, key: Any) -> Any:
-        value, error, attempts = await self._attempts_async(self._getitem, key, False)
-        if error is None:
-            return value
-        return self._give_up(key, error, attempts)
+        return self._result(key, await self._item_attempts(key))
 
     async def _batch(self, keys: Sequence[Any]) -> list[Any]:
-        value, error, attempts = await self._attempts_async(self._read_batch_async, keys, True)
-        if error is None:
-            return value  # type: ignore[no-any-return]
-        if not self._skip or self._transient(error):
-            return self._batch_failed(keys, error, attempts)
-        # Fallback reads run outside the pool's limit: they are one batch's keys at most.
-        outcomes = await asyncio.gather(
-            *(self._attempts_async(self._getitem, key, False) for key in keys)
+        batch = await self._retrier.attempts(
+            self._read_batch_async, (keys,), timeout=self._timeout, what=_keys
         )
-        return self._one_by_one(keys, outcomes, error, attempts)
+        results = self._batch_result(keys, batch)
+        if results is not None:
+            return results
+        # Fallback reads run outside the pool's limit: they are one batch's keys at most.
+        outcomes = await asyncio.gather(*(self._item_attempts(key) for key in keys))
+        return self._one_by_one(keys, outcomes, batch)
 
     # -- decisions -------------------------------------------------------------
 
-    def _transient(self, error: BaseException) -> bool:
-        return self._retry is not None and self._retry.retries(error)
+    def _result(self, key: Any, attempted: Attempted) -> Any:
+        """An item's value, or (its attempts failed) its :class:`Skip` or its error raised."""
+        value, error, attempts = attempted
+        return value if error is None else self._give_up(key, error, attempts)
 
-    def _again(self, error: BaseException, attempt: int) -> bool:
-        """Whether the ``attempt``-th attempt, failed with ``error``, is followed by another."""
-        retry = self._retry
-        again = (
-            retry is not None
-            and attempt < retry.attempts
-            and retry.retries(error)
-            and not self._closed.is_set()
-        )
-        if again and self._on_retry is not None:
-            self._on_retry()
-        return again
+    def _batch_result(self, keys: Sequence[Any], batch: Attempted) -> list[Any] | None:
+        """A ``__getitems__`` call's samples, or its keys' skips or its error raised; None
+        when its keys are to be read one by one to find the bad ones."""
+        value, error, attempts = batch
+        if error is None:
+            return value  # type: ignore[no-any-return]
+        if not self._retrier.skipping or self._retrier.transient(error):
+            return self._batch_failed(keys, error, attempts)
+        return None
 
-    def _delay(self, attempt: int) -> float:
-        assert self._retry is not None
-        return self._retry.delay(attempt, self._rng)
-
-    def _give_up(self, key: Any, error: BaseException, attempts: int) -> Skip:
+    def _give_up(self, key: Any, error: Exception, attempts: int) -> Skip:
         """An item's last attempt failed: its :class:`Skip`, or ``error`` raised."""
-        if not self._skip:
-            raise _noted(error, key, False, attempts)
-        return Skip(SkippedItem.from_error(key, error, attempts, self._worker))
+        if not self._retrier.skipping:
+            raise _noted(error, _key(key), attempts)
+        return self._retrier.skipped(key, error, attempts)
 
-    def _batch_failed(self, keys: Sequence[Any], error: BaseException, attempts: int) -> list[Any]:
+    def _batch_failed(self, keys: Sequence[Any], error: Exception, attempts: int) -> list[Any]:
         """A ``__getitems__`` call failed for good: ``error`` raised, or every key skipped."""
-        if not self._skip:
-            raise _noted(error, keys, True, attempts)
-        return [Skip(SkippedItem.from_error(k, error, attempts, self._worker)) for k in keys]
+        if not self._retrier.skipping:
+            raise _noted(error, _keys(keys), attempts)
+        skipped = self._retrier.skipped
+        return [skipped(key, error, attempts) for key in keys]
 
     def _one_by_one(
-        self,
-        keys: Sequence[Any],
-        outcomes: Sequence[Outcome],
-        batch_error: BaseException,
-        batch_attempts: int,
+        self, keys: Sequence[Any], outcomes: Sequence[Attempted], batch: Attempted
     ) -> list[Any]:
         """The samples of a failed ``__getitems__`` call's keys, read one by one."""
-        results = []
-        for key, (value, error, attempts) in zip(keys, outcomes, strict=True):
-            if error is None:
-                results.append(value)
-            elif isinstance(error, NotImplementedError):
-                results.append(self._give_up(key, batch_error, batch_attempts))
-            else:
-                results.append(self._give_up(key, error, attempts))
-        return results
+        # A __getitem__ that is not implemented leaves the batch's error standing for its key.
+        return [
+            self._result(key, batch if isinstance(item.error, NotImplementedError) else item)
+            for key, item in zip(keys, outcomes, strict=True)
+        ]
 
 
-def _describe(arg: Any, batched: bool) -> str:
-    return f"keys {list(arg)!r} (one __getitems__ call)" if batched else f"key {arg!r}"
+def _key(key: Any) -> str:
+    return f"key {key!r}"
 
 
-def _noted(error: BaseException, arg: Any, batched: bool, attempts: int) -> BaseException:
+def _keys(keys: Sequence[Any]) -> str:
+    return f"keys {list(keys)!r} (one __getitems__ call)"
+
+
+def _noted(error: Exception, what: str, attempts: int) -> Exception:
     tries = "" if attempts == 1 else f", the last of {attempts} attempts"
-    error.add_note(f"raised while reading {_describe(arg, batched)}{tries}")
+    error.add_note(f"raised while reading {what}{tries}")
     return error

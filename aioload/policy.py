@@ -16,7 +16,8 @@ policy changes that per item (:class:`FaultPolicy`, built from the loader's
 - past ``max_skipped`` skips in an epoch the epoch ends with
   :class:`TooManySkippedError`, which lists every skipped key and reason.
 
-The policy runs where the items are read: on the loader's loop, or inside each
+The policy runs where the items are read, through one retry loop per reader
+(:class:`~aioload.retrier.Retrier`): on the loader's loop, or inside each
 worker process; skip records travel back with their batch and are counted by
 the epoch in the loader (:class:`SkipLog`). A stream applies it itself, when it
 can skip a sample without ending (see :mod:`aioload.stream_faults`).

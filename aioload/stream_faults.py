@@ -59,15 +59,11 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import random
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aioload.fetch import Skip
-from aioload.policy import FaultPolicy, SkippedItem
+from aioload.policy import FaultPolicy
+from aioload.retrier import Retrier, Skip
 
 __all__ = ["StreamGuard", "can_guard", "check_stream_policy"]
 
@@ -76,11 +72,14 @@ T = TypeVar("T")
 _ATTEMPTS = "_aioload_attempts"  # set on an error that retry() gave up on: its attempts
 
 
-class StreamGuard:
+class StreamGuard(Retrier):
     """What a stream that opts in to the loader's fault policy is given (see the module docstring).
 
     One guard per opened stream (per epoch, per worker). It is used from the thread or
-    the event loop that reads the stream.
+    the event loop that reads the stream. It is the reader's
+    :class:`~aioload.retrier.Retrier` (attempts, backoff, the closed epoch, the retry
+    count: :meth:`again`, :meth:`backoff`, :meth:`backoff_sync` for a stream's own retry
+    loop) with the two calls most streams need: :meth:`retry` and :meth:`skip`.
 
     Args:
         policy: the loader's fault policy.
@@ -96,51 +95,6 @@ class StreamGuard:
                 return guard.skip(url, error, where=url)  # a marker to yield (or raises)
     """
 
-    def __init__(self, policy: FaultPolicy, worker: int | None = None) -> None:
-        self.policy = policy
-        self.worker = worker
-        self._retry = policy.retry
-        self._skip = policy.on_error == "skip"
-        self._rng = random.Random()
-        self._closed = threading.Event()
-        self._retries = 0
-
-    @property
-    def skipping(self) -> bool:
-        """Whether :meth:`skip` skips (``on_error='skip'``) rather than raises."""
-        return self._skip
-
-    def again(self, error: BaseException, attempt: int) -> bool:
-        """Whether attempt number ``attempt`` (1-based), failed with ``error``, gets another.
-
-        True for a transient error (``retry.retry_on``) with attempts left, while the
-        epoch runs; each True is counted as a retry in the loader's stats. Wait
-        :meth:`backoff` (or :meth:`backoff_sync`) before the next attempt.
-        """
-        retry = self._retry
-        if (
-            retry is None
-            or attempt >= retry.attempts
-            or self._closed.is_set()
-            or not isinstance(error, Exception)
-            or not retry.retries(error)
-        ):
-            return False
-        self._retries += 1
-        return True
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (the policy's backoff)."""
-        return 0.0 if self._retry is None else self._retry.delay(attempt, self._rng)
-
-    async def backoff(self, attempt: int) -> None:
-        """Waits the backoff after failed attempt number ``attempt`` (async streams)."""
-        await asyncio.sleep(self.delay(attempt))
-
-    def backoff_sync(self, attempt: int) -> bool:
-        """Waits the backoff in a sync stream; False when the epoch closed meanwhile (give up)."""
-        return not self._closed.wait(self.delay(attempt))
-
     async def retry(self, read: Callable[..., Any], *args: Any) -> Any:
         """``read(*args)`` (awaited if it returns an awaitable), retried under the policy.
 
@@ -148,19 +102,10 @@ class StreamGuard:
             Exception: the last attempt's error (with a note saying how many were
                 made); an error that is not transient at once.
         """
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                value = read(*args)
-                if inspect.isawaitable(value):
-                    value = await value
-                return value
-            except Exception as error:
-                if not self.again(error, attempt):
-                    _gave_up(error, attempt)
-                    raise
-            await self.backoff(attempt)
+        value, error, attempts = await self.attempts(read, args)
+        if error is not None:
+            raise _gave_up(error, attempts)
+        return value
 
     def retry_sync(self, read: Callable[..., T], *args: Any) -> T:
         """``read(*args)`` retried under the policy, in a sync stream (see :meth:`retry`).
@@ -168,15 +113,10 @@ class StreamGuard:
         The backoff blocks the stream's thread (the loader reads a sync stream in a
         thread of its own when it retries) and ends early when the epoch closes.
         """
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return read(*args)
-            except Exception as error:
-                if not self.again(error, attempt) or not self.backoff_sync(attempt):
-                    _gave_up(error, attempt)
-                    raise
+        value, error, attempts = self.attempts_sync(read, args)
+        if error is not None:
+            raise _gave_up(error, attempts)
+        return value  # type: ignore[no-any-return]
 
     def skip(
         self,
@@ -200,30 +140,22 @@ class StreamGuard:
         """
         if attempts is None:
             attempts = getattr(error, _ATTEMPTS, 1)
-        if not self._skip:
+        if not self.skipping:
             place = "" if where is None else f" ({where})"
             error.add_note(f"raised while reading key {key!r}{place} of the stream")
             raise error
-        return Skip(SkippedItem.from_error(key, error, attempts, self.worker, where))
-
-    def take_retries(self) -> int:
-        """The retries counted since the last call (the loader reports them per batch)."""
-        retries, self._retries = self._retries, 0
-        return retries
-
-    def close(self) -> None:
-        """The epoch is closing: backoff waits of sync streams end, and nothing is retried."""
-        self._closed.set()
+        return self.skipped(key, error, attempts, where)
 
 
-def _gave_up(error: Exception, attempts: int) -> None:
-    """Records on ``error`` how many attempts it ended (for :meth:`StreamGuard.skip`)."""
+def _gave_up(error: Exception, attempts: int) -> Exception:
+    """``error``, with how many attempts it ended recorded on it (for :meth:`StreamGuard.skip`)."""
     if attempts > 1:
         error.add_note(f"the last of {attempts} attempts")
     try:
         setattr(error, _ATTEMPTS, attempts)
     except AttributeError:  # an exception type without a __dict__: the count is lost
         pass
+    return error
 
 
 def can_guard(dataset: Any) -> bool:

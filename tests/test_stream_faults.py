@@ -27,7 +27,7 @@ from aioload import (
     TooManySkippedError,
     get_worker_info,
 )
-from aioload.backends.guarded_stream import SKIPS_PER_OUTCOME
+from aioload.backends.streams import SKIPS_PER_OUTCOME
 from aioload.policy import FaultPolicy
 
 FAST = RetryPolicy(attempts=3, backoff=0.0)
@@ -281,6 +281,37 @@ def test_a_guarded_stream_resumes_from_a_checkpoint(workers: int) -> None:
     resumed.load_state_dict(state)
     with resumed:
         assert head + batches(resumed) == everything
+
+
+class NoState(Rows):
+    """:class:`Rows` whose state cannot be taken: a checkpoint's ``state_dict`` fails."""
+
+    def state_dict(self) -> dict[str, int]:
+        raise RuntimeError("no state to give")
+
+
+class AsyncNoState(AsyncRows):
+    state_dict = NoState.state_dict  # type: ignore[assignment]
+
+
+@pytest.mark.timeout(30)  # a guarded sync stream on the loader's loop hung here
+@pytest.mark.parametrize("policy", [{}, {"on_error": "skip"}])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", [NoState, AsyncNoState])
+def test_a_state_that_cannot_be_taken_fails_its_batch_with_or_without_the_policy(
+    kind: type[Rows], workers: int, policy: dict[str, Any]
+) -> None:
+    # The stream's state is taken after each batch (for checkpoints); its error is that
+    # batch's, as itself, whether the stream is read under the fault policy or not.
+    loader = DataLoader(kind(n=12), batch_size=4, num_workers=workers, **policy)
+    iterator = iter(loader)
+    try:
+        with pytest.raises(RuntimeError, match="no state to give") as info:
+            next(iterator)
+        assert type(info.value) is RuntimeError
+        assert "raised while fetching batch 0" in info.value.__notes__
+    finally:
+        iterator.close()  # type: ignore[attr-defined]
 
 
 def test_what_the_policy_cannot_apply_to_is_refused_at_construction() -> None:

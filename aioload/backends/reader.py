@@ -6,11 +6,13 @@ worker process on its own loop, an executor task wherever the executor runs
 it. It
 
 - reads the keys (``__getitems__`` or ``__getitem__`` per key, sync or async,
-  through :class:`~aioload.fetch.Fetcher`), or the next samples of a stream;
-- applies the fault policy (retries, item timeouts, skips) through a
-  :class:`~aioload.fetch.GuardedFetcher` when one is active, or for a stream
-  that opted in through a :class:`~aioload.backends.guarded_stream.GuardedStream`
-  (the default path pays nothing for either);
+  through :class:`~aioload.fetch.Fetcher`), or the next samples of a stream
+  (through :class:`~aioload.backends.streams.StreamReader`);
+- applies the fault policy (retries, item timeouts, skips) when one is active,
+  through one :class:`~aioload.retrier.Retrier`: a
+  :class:`~aioload.fetch.GuardedFetcher` reads with it, or a stream that opted
+  in is handed it as its :class:`~aioload.StreamGuard` (the default path pays
+  nothing for either);
 - collates what was kept (or the one sample, without automatic batching);
 - and returns one :class:`~aioload.backends.base.Outcome` that says
   everything: the batch or the error, the skipped items, the retries, the
@@ -35,27 +37,24 @@ whatever its type (a tuple or a list is one key then), as in torch.
 from __future__ import annotations
 
 import functools
-import itertools
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aioload.backends.base import Outcome
-from aioload.backends.guarded_stream import GuardedStream
+from aioload.backends.streams import StreamReader
 from aioload.collate import default_collate
 from aioload.collate_errors import name_keys
 from aioload.eager import ItemPool
-from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher, Skip
-from aioload.groups import reported
+from aioload.fetch import DatasetProtocol, Fetcher, GuardedFetcher
 from aioload.policy import FaultPolicy
 from aioload.ranks import LauncherRanks
+from aioload.retrier import Retrier, Skip
 from aioload.row_block import batch_stream_of, rows_for_collate
 from aioload.source_stats import SourceCounts
+from aioload.stream_faults import StreamGuard
 
 __all__ = ["BatchReader", "WorkerSetup"]
-
-_END = object()  # a stream ran dry
 
 
 @dataclass(frozen=True)
@@ -134,21 +133,7 @@ class BatchReader:
             # list of samples; default_collate takes it by its columns.
             self._collate = rows_for_collate(self._collate)
         self._single = not setup.auto_collation
-        self._batch_size = setup.batch_size if setup.auto_collation else None
-        self._drop_last = setup.drop_last
-        # A stream that cuts its own batches (aioload.row_block): one item, one batch.
-        batches = (
-            batch_stream_of(setup.dataset)
-            if protocol.iterable and protocol.is_async and self._batch_size is not None
-            else None
-        )
-        open_batches: Callable[[Any], Any] | None = None
-        if batches is not None:
-            open_batches = functools.partial(batches, self._batch_size, self._drop_last)
-            self._batch_size = None
         self._track = protocol.iterable and setup.track_stream_state
-        self._retries = 0
-        self._retries_lock = threading.Lock()
         # The dataset's source-counts hook (aioload.source_stats), if it has one: only then
         # does an outcome pay for a call.
         take = getattr(setup.dataset, "take_source_counts", None)
@@ -156,58 +141,52 @@ class BatchReader:
             take if callable(take) else None
         )
         policy = setup.policy
+        # The one retrier of this reader's fault policy (None: no policy, nothing guarded).
+        self._retrier: Retrier | None = None
         self._guard: GuardedFetcher | None = None
-        if policy is not None and policy.active and not protocol.iterable:
-            self._guard = GuardedFetcher(fetcher, policy, worker, on_retry=self._count_retry)
-        self._sync_stream: Iterator[Any] | None = None
-        self._async_stream: AsyncIterator[Any] | None = None
-        # Why the stream could not be opened: the first batch's error, then the end.
-        self._open_error: BaseException | None = None
-        self._open_failed = False
-        # A stream under an active policy is read through its guarded_stream (the loader
-        # checked at construction that it has one): see aioload.stream_faults.
-        self._guarded: GuardedStream | None = None
-        if protocol.iterable and policy is not None and policy.active:
-            self._guarded = GuardedStream(
-                setup.dataset,
-                protocol,
-                policy,
-                worker=worker,
-                batch_size=self._batch_size,
-                drop_last=self._drop_last and open_batches is None,
-                collate=self._collate,
-                state=self._state,
-                open_stream=open_batches,
-            )
-        elif protocol.iterable:
-            try:
-                if open_batches is not None:
-                    self._async_stream = open_batches(None)
-                elif protocol.is_async:
-                    self._async_stream = fetcher.stream()
-                else:
-                    self._sync_stream = fetcher.stream_sync()
-            except BaseException as error:
-                # Raised here it would fail the epoch's (or the worker's) task group
-                # as a group; as the first batch's outcome it reaches the consumer as is.
-                method = "__aiter__" if protocol.is_async else "__iter__"
-                error.add_note(f"raised while opening the dataset's stream ({method})")
-                self._open_error, self._open_failed = error, True
+        self._stream: StreamReader | None = None
+        if protocol.iterable:
+            # A stream under an active policy is read through its guarded_stream (the loader
+            # checked at construction that it has one): see aioload.stream_faults.
+            guard = StreamGuard(policy, worker) if policy is not None and policy.active else None
+            self._retrier = guard
+            self._stream = self._open_stream(setup, protocol, guard)
+        elif policy is not None and policy.active:
+            self._retrier = Retrier(policy, worker)
+            self._guard = GuardedFetcher(fetcher, self._retrier)
+
+    def _open_stream(
+        self, setup: WorkerSetup, protocol: DatasetProtocol, guard: StreamGuard | None
+    ) -> StreamReader:
+        batch_size = setup.batch_size if setup.auto_collation else None
+        # A stream that cuts its own batches (aioload.row_block): one item, one batch.
+        batches = (
+            batch_stream_of(setup.dataset) if protocol.is_async and batch_size is not None else None
+        )
+        open_batches: Callable[[StreamGuard | None], Any] | None = None
+        if batches is not None:
+            open_batches = functools.partial(batches, batch_size, setup.drop_last)
+            batch_size = None
+        return StreamReader(
+            setup.dataset,
+            protocol,
+            guard=guard,
+            batch_size=batch_size,
+            drop_last=setup.drop_last,
+            collate=self._collate,
+            state=self._state,
+            open_batches=open_batches,
+        )
 
     def close(self) -> None:
         """The epoch is closing: sync reads waiting to retry give up now (any thread)."""
-        if self._guard is not None:
-            self._guard.close()
-        if self._guarded is not None:
-            self._guarded.close()
+        if self._retrier is not None:
+            self._retrier.close()
 
     async def aclose(self) -> None:
         """Closes an async stream (after every task reading it has ended)."""
-        if self._guarded is not None:
-            await self._guarded.aclose()
-        stream = self._async_stream
-        if stream is not None and hasattr(stream, "aclose"):
-            await stream.aclose()
+        if self._stream is not None:
+            await self._stream.aclose()
 
     # -- map-style ------------------------------------------------------------
 
@@ -314,84 +293,23 @@ class BatchReader:
     def _deliver_counted(self, done: Callable[[Outcome], None], outcome: Outcome) -> None:
         done(self._counted(outcome))
 
-    def _count_retry(self) -> None:
-        with self._retries_lock:  # sync reads retry in several fetch threads
-            self._retries += 1
-
     def _take_retries(self) -> int:
         """The retries since the last outcome, which this outcome reports."""
-        if not self._retries:
-            return 0
-        with self._retries_lock:
-            retries, self._retries = self._retries, 0
-        return retries
+        return 0 if self._retrier is None else self._retrier.take_retries()
 
     # -- iterable -------------------------------------------------------------
 
     def next_sync(self, seq: int) -> Outcome:
         """Batch ``seq``: the next batch of a sync stream (``end`` once there is none)."""
-        outcome = self._next_sync(seq)
+        assert self._stream is not None, "the next batch of a map-style dataset"
+        outcome = self._stream.next_sync(seq)
         return outcome if self._take_counts is None else self._counted(outcome)
-
-    def _next_sync(self, seq: int) -> Outcome:
-        if self._guarded is not None:
-            return self._guarded.next_sync(seq)
-        stream = self._sync_stream
-        if stream is None:
-            return self._not_opened(seq)
-        try:
-            if self._batch_size is None:
-                sample = next(stream, _END)
-                if sample is _END:
-                    return Outcome(seq, end=True)
-                state = self._state()
-                return Outcome(seq, self._collate(sample), stream_state=state)
-            samples = list(itertools.islice(stream, self._batch_size))
-            return self._stream_batch(seq, samples)
-        except BaseException as error:
-            return Outcome(seq, error=error)
 
     async def next_async(self, seq: int) -> Outcome:
         """Batch ``seq`` of a stream on the running loop (call one at a time, in order)."""
-        outcome = await self._next_async(seq)
+        assert self._stream is not None, "the next batch of a map-style dataset"
+        outcome = await self._stream.next_async(seq)
         return outcome if self._take_counts is None else self._counted(outcome)
-
-    async def _next_async(self, seq: int) -> Outcome:
-        if self._guarded is not None:
-            return await self._guarded.next_async(seq)
-        stream = self._async_stream
-        if stream is None:
-            return self._not_opened(seq)
-        try:
-            if self._batch_size is None:
-                sample = await anext(stream, _END)
-                if sample is _END:
-                    return Outcome(seq, end=True)
-                state = self._state()
-                return Outcome(seq, self._collate(sample), stream_state=state)
-            samples = []
-            async for sample in stream:
-                samples.append(sample)
-                if len(samples) == self._batch_size:
-                    break
-            return self._stream_batch(seq, samples)
-        except BaseException as error:
-            if not reported(error):
-                raise  # the epoch is being cancelled
-            return Outcome(seq, error=error)
-
-    def _not_opened(self, seq: int) -> Outcome:
-        """A stream that could not be opened: its error once, then the end."""
-        assert self._open_failed, "next batch of a stream that was never opened"
-        error, self._open_error = self._open_error, None
-        return Outcome(seq, end=True) if error is None else Outcome(seq, error=error)
-
-    def _stream_batch(self, seq: int, samples: list[Any]) -> Outcome:
-        if not samples or (self._drop_last and len(samples) < (self._batch_size or 0)):
-            return Outcome(seq, end=True)
-        # The stream reads ahead of the consumer: a checkpoint needs its state as of each batch.
-        state = self._state()
-        return Outcome(seq, self._collate(samples), stream_state=state)
 
     def _state(self) -> Any:
         return self._dataset.state_dict() if self._track else None

@@ -35,7 +35,7 @@ from contextlib import aclosing
 from functools import partial
 from typing import Any
 
-from aioload.fetch import Skip
+from aioload.retrier import Skip
 from aioload.sources.shard_state import Ref, Run
 from aioload.sources.shard_stream import OpenRun
 from aioload.stream_faults import StreamGuard

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from aioload.sources.rank_split import Segment
-from aioload.sources.shard_state import Run, ShardStateError, StreamState, check_rng
+from aioload.sources.shard_state import Run, ShardStateError, check_rng
 
 __all__ = [
     "ROWS_FORMAT",
@@ -109,15 +109,15 @@ class RowsState:
             "draining": self.draining,
         }
 
-    def left(self) -> StreamState:
-        """Every row left, as a shard stream state (for ``shard_state.resplit``)."""
-        pieces = [*self.ready, *self.buffer, *self.runs]
-        return StreamState(
-            self.epoch, self.layout, [Run(p.shard, p.start, p.start, p.stop) for p in pieces]
-        )
+    def left(self) -> list[Run]:
+        """Every row left, as runs (for :func:`~aioload.sources.shard_state.resplit`)."""
+        return [Run(p.shard, p.start, p.start, p.stop) for p in self._pieces()]
+
+    def _pieces(self) -> list[Segment]:
+        return [*self.ready, *self.buffer, *self.runs]
 
 
-def _fail(message: str) -> Any:
+def _fail(message: str) -> NoReturn:
     raise ShardStateError(f"Parquet stream state: {message}")
 
 

@@ -53,7 +53,7 @@ from aioload.fetch import Skip
 from aioload.source_stats import SourceCounts
 from aioload.sources.arrow_rows import ArrowRows
 from aioload.sources.parquet_files import ParquetFiles
-from aioload.sources.parquet_state import RowsState, check_rows_state, refs_of
+from aioload.sources.parquet_state import READY_SLACK, RowsState, check_rows_state, refs_of
 from aioload.sources.parquet_stream import Piece, RowStream, read_rows
 from aioload.sources.rank_split import Segment
 from aioload.sources.shard_state import Run
@@ -68,7 +68,7 @@ __all__ = ["IterableParquetDataset"]
 DEFAULT_READ_AHEAD = 64 << 20
 """Bytes of column chunks an IterableParquetDataset worker reads ahead, by default."""
 
-_ROW_CHUNK = 256  # rows taken at once when the stream is iterated row by row
+_ROW_CHUNK = READY_SLACK  # rows taken at once when the stream is iterated row by row
 
 
 class _Held:

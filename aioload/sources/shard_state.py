@@ -18,7 +18,10 @@ records, after every batch, the samples it has not yielded yet, never their byte
   any other layout re-splits what is left (:func:`resplit`).
 
 Every state is plain JSON. :func:`check_state` validates one completely before anything
-is read (a state is outside data): anything malformed raises :class:`ShardStateError`.
+is read (a state is outside data): anything malformed, a sample named twice, positions and
+bytes that disagree (:mod:`~aioload.sources.stream_checks`), or more buffered samples than
+the layout's shuffle buffer holds raises :class:`ShardStateError`. Whether the samples and
+bytes exist is the dataset's to check, where it knows (a shard's index).
 
 Example::
 
@@ -36,6 +39,7 @@ from typing import Any, NoReturn, cast
 import numpy as np
 
 from aioload.sources.rank_split import Segment, take, worker_segments
+from aioload.sources.stream_checks import Span, check_spans, shuffle_bound
 
 __all__ = [
     "STATE_FORMAT",
@@ -101,6 +105,11 @@ class StreamState:
     def left(self) -> list[Run]:
         """Every sample left, the buffered ones first, as runs (for :func:`resplit`)."""
         return [*map(_sample_run, self.buffer), *self.runs]
+
+    def spans(self) -> list[Span]:
+        """Every sample the state names (for :func:`~.stream_checks.check_spans`)."""
+        runs = [Span(run.shard, run.start, run.stop, run.offset) for run in self.runs]
+        return runs + [Span(ref[0], ref[1], ref[1] + 1, ref[2], ref[3]) for ref in self.buffer]
 
     def to_json(self, shards: int, *, format: str = STATE_FORMAT) -> dict[str, Any]:
         """The state as plain JSON types, marked as a stream state of kind ``format``."""
@@ -206,7 +215,15 @@ def check_state(state: Any, *, shards: int, format: str = STATE_FORMAT) -> Strea
     draining = state.get("draining")
     if not isinstance(draining, bool):
         _fail(f"'draining' should be a bool; got {draining!r:.40}")
-    return StreamState(epoch, dict(layout), runs, buffer, draining, check_rng(state.get("rng")))
+    checked = StreamState(epoch, dict(layout), runs, buffer, draining, check_rng(state.get("rng")))
+    check_spans(checked.spans(), "shard", _fail)
+    shuffle = shuffle_bound(layout, _fail)
+    if shuffle is not None and len(buffer) > shuffle:
+        _fail(
+            f"its buffer holds {len(buffer)} samples, more than a shuffle buffer of its layout "
+            f"holds ({shuffle})"
+        )
+    return checked
 
 
 def _sample_run(ref: Ref) -> Run:

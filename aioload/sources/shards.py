@@ -37,7 +37,8 @@ The split, the epochs and the checkpoints are every stream dataset's
 an exact resume with the same layout, a re-split of what is left over other workers
 (:meth:`ShardDataset.resume_streams`) or over the ranks of a job of another size
 (:meth:`ShardDataset.merge_states`). What is the shards' own is here: reading a shard, or
-part of one from a sample's byte offset, and reading the shuffle buffer's samples again.
+part of one from a sample's byte offset, reading the shuffle buffer's samples again, and
+checking a state against the shards' indexes.
 
 With ``cache_dir`` a shard read once is kept on local disk, and later epochs
 read it from there (:mod:`aioload.sources.cache`).
@@ -78,7 +79,7 @@ from aioload.sources.interleave import interleave
 from aioload.sources.rank_split import Segment
 from aioload.sources.segments import count_mismatch, key_mismatch, range_stream
 from aioload.sources.shard_faults import decoded, guarded_runs
-from aioload.sources.shard_index import ShardIndex
+from aioload.sources.shard_index import BLOCK, ShardIndex
 from aioload.sources.shard_indexes import (
     INDEX_CONCURRENCY,
     find_index,
@@ -575,7 +576,41 @@ class ShardDataset(StreamDataset[StreamState]):
 
     def _check_state(self, state: Any) -> StreamState:
         self._refuse_resampled([state])
-        return check_state(state, shards=len(self.urls))
+        checked = check_state(state, shards=len(self.urls))
+        for span in checked.spans():
+            if any(byte is not None and byte % BLOCK for byte in (span.first, span.end)):
+                self._refuse(
+                    f"samples {span} of shard {span.unit} at bytes {span.first} to "
+                    f"{span.end}: a tar sample starts and ends at a {BLOCK}-byte block"
+                )
+        if self.split == "samples" or self._indexes is not None:
+            self._check_known(checked)  # the indexes of a sample split: loaded here if need be
+        return checked
+
+    def _check_known(self, state: StreamState) -> None:
+        """Refuses a state naming samples or bytes the shards' indexes do not have."""
+        indexes = self.indexes()
+        keys = {(ref[0], ref[1]): ref[4] for ref in state.buffer}
+        for span in state.spans():
+            index = indexes[span.unit]
+            count = len(index)
+            stop = count if span.stop == -1 else span.stop
+            if span.empty or (span.start == count and span.stop == -1):
+                continue
+            url = redact_url(self.urls[span.unit])
+            if not span.start < stop <= count:
+                self._refuse(f"it names samples {span} of {url}, which has {count}")
+            first, size = int(index.offsets[span.start]), int(index.sizes[span.start])
+            key = keys.get((span.unit, span.start)) if span.end is not None else None
+            if (
+                span.first != first
+                or (span.end is not None and not first < span.end <= first + size)
+                or key not in (None, index.keys[span.start])
+            ):
+                self._refuse(
+                    f"{url} has sample {span.start} ({index.keys[span.start]!r}) at byte "
+                    f"{first}, not where the state says: the state is of other shards"
+                )
 
     def _state_json(self, state: StreamState) -> dict[str, Any]:
         return state.to_json(len(self.urls))

@@ -17,9 +17,10 @@ checkpoints is the same for all three, and is written once, here:
   (:mod:`aioload.sources.rank_split`).
 - **The layout** a stream runs under (rank, world size, worker, workers, the split and its
   settings): a state resumes exactly where its layout is the stream's.
-- **States**: :meth:`~StreamDataset.state_dict`, :meth:`~StreamDataset.load_state_dict`
-  (checked by the format before anything is read), and the elastic resume:
-  :meth:`~StreamDataset.resume_streams` (another ``num_workers``) and
+- **States**: :meth:`~StreamDataset.state_dict`, :meth:`~StreamDataset.load_state_dict`,
+  checked whole before anything is read (the format's checks, then
+  :mod:`aioload.sources.stream_checks` over the states of each rank together), and the
+  elastic resume: :meth:`~StreamDataset.resume_streams` (another ``num_workers``) and
   :meth:`~StreamDataset.merge_states` (another world size).
 - **The start of a stream** (:meth:`~StreamDataset._start`): fresh from the plan, exactly
   from a loaded state, or from a re-split of it; and pickling (the stream being read stays
@@ -62,6 +63,7 @@ from aioload.datasets import IterableDataset
 from aioload.ranks import rank_and_world_size
 from aioload.sources.rank_split import epoch_order, rank_segments, samples_per_rank, worker_segments
 from aioload.sources.shard_state import Run, ShardStateError, resplit
+from aioload.sources.stream_checks import Span, check_spans
 from aioload.stream_faults import StreamGuard
 
 __all__ = ["Start", "StreamDataset", "StreamStateLike", "check_count", "check_epoch"]
@@ -76,6 +78,10 @@ class StreamStateLike(Protocol):
 
     def left(self) -> list[Run]:
         """Every sample the state has left (buffered ones included), as runs."""
+        ...
+
+    def spans(self) -> list[Span]:
+        """Every sample the state names, as spans (for :func:`check_spans`)."""
         ...
 
 
@@ -362,6 +368,15 @@ class StreamDataset(IterableDataset[Any], Generic[S]):
             "its own states, or every rank from all ranks' states (merge_states)"
         )
 
+    def _check_together(self, states: Sequence[S]) -> None:
+        """Refuses states of one rank that name a sample twice between them."""
+        ranks: dict[Any, list[Span]] = {}
+        for state in states:
+            owner = (repr(state.layout.get("rank")), repr(state.layout.get("world_size")))
+            ranks.setdefault(owner, []).extend(state.spans())
+        for spans in ranks.values():
+            check_spans(spans, self._unit_name, self._refuse)
+
     def _resplit(
         self,
         states: Sequence[S],
@@ -517,6 +532,7 @@ class StreamDataset(IterableDataset[Any], Generic[S]):
         if len(parsed) == workers and all(
             state is None or state.layout == layouts[i] for i, state in enumerate(parsed)
         ):
+            self._check_together(known)
             return list(states)
         recorded = len(parsed)
         filled = [
@@ -526,6 +542,7 @@ class StreamDataset(IterableDataset[Any], Generic[S]):
             for i, state in enumerate(parsed)
         ]
         over = self._split_over(filled)
+        self._check_together(filled)
         return [
             self._state_json(
                 self._new_state(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import bz2
+import copy
 import gzip
 import json
 import lzma
@@ -141,7 +142,11 @@ def test_a_state_of_other_shards_is_refused(tmp_path: Path) -> None:
     next(it)
     state = json.loads(json.dumps(run.state_dict()))
     it.close()
-    state["dataset"]["runs"][0][2] += 7  # a byte where no sample starts
+    off_block = copy.deepcopy(state)
+    off_block["dataset"]["runs"][0][2] += 7  # no tar block starts there: refused at once
+    with pytest.raises(ShardStateError, match="512-byte block"):
+        DataLoader(ShardDataset(urls, decode=label), batch_size=3).load_state_dict(off_block)
+    state["dataset"]["runs"][0][2] += 512  # a block where no sample starts: found reading
     other = DataLoader(ShardDataset(urls, decode=label), batch_size=3)
     other.load_state_dict(state)
     with pytest.raises(ShardStateError, match="the state is of other shards"):

@@ -24,15 +24,17 @@ buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and worker) mixes l
 across neighbouring files; ``files_in_flight`` files are read at once, one line from
 each in turn.
 
-The machinery is the shard stream's (:mod:`aioload.sources.shard_stream`,
-:mod:`~aioload.sources.shard_state`, :mod:`~aioload.sources.shard_faults`): a run is
-lines ``start`` to ``stop - 1`` of a file, the first at byte ``offset``; a ref is
-``[file, line, first byte, end byte, key]`` (the key: a checksum of the line, checked
-when the line is read again). For a compressed file the bytes are positions in the
-decompressed stream. So a checkpoint is plain JSON, resumes exactly, and re-splits over
-other worker counts. A resumed uncompressed file is read from its next line's first
-byte (one ranged GET); a compressed one is read again from its start, decompressed, and
-the lines already delivered are passed over.
+Splits, epochs and checkpoints are every stream dataset's
+(:class:`~aioload.sources.stream_dataset.StreamDataset`), and the stream is the shard
+stream's (:mod:`aioload.sources.shard_stream`, :mod:`~aioload.sources.shard_state`,
+:mod:`~aioload.sources.shard_faults`): a run is lines ``start`` to ``stop - 1`` of a file,
+the first at byte ``offset``; a ref is ``[file, line, first byte, end byte, key]`` (the
+key: a checksum of the line, checked when the line is read again). For a compressed file
+the bytes are positions in the decompressed stream. So a checkpoint is plain JSON,
+resumes exactly, and re-splits over other worker counts (``resume_streams``) or the ranks
+of a job of another size (``merge_states``). A resumed uncompressed file is read from its
+next line's first byte (one ranged GET); a compressed one is read again from its start,
+decompressed, and the lines already delivered are passed over.
 
 Parsing (``json.loads``, then ``decode``) happens after the shuffle buffer, so that under
 the loader's ``on_error='skip'`` a line that does not parse is skipped alone (recorded
@@ -46,29 +48,23 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
-import numpy as np
-
-from aioload.datasets import IterableDataset
-from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decompress import COMPRESSIONS, Compression, decompressed, zstd_decompressor
 from aioload.sources.jsonl_lines import SUFFIXES, compression_of, is_blank, numbered_lines
-from aioload.sources.rank_split import epoch_order
 from aioload.sources.shard_faults import decoded, guarded_runs
-from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order
-from aioload.sources.shard_state import Ref, Run, ShardStateError, StreamState, check_state, resplit
-from aioload.sources.shard_stream import OpenRun, TrackedStream
+from aioload.sources.shard_state import Ref, Run, ShardStateError, StreamState, check_state
+from aioload.sources.shard_stream import OpenRun, reread, resumed_stream
 from aioload.sources.shards import expand_urls
 from aioload.sources.store_reads import STREAM_CHUNK, open_read
 from aioload.sources.stores import StoreLocation
-from aioload.sources.stream_resume import resume_streams
+from aioload.sources.stream_dataset import StreamDataset, check_count
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
@@ -81,7 +77,7 @@ JSONL_STATE_FORMAT = "aioload.jsonl-stream"
 LineRead = AsyncGenerator[tuple[bytes, Ref, bool], None]
 
 
-class JsonLinesDataset(IterableDataset[Any]):
+class JsonLinesDataset(StreamDataset[StreamState]):
     """Streams the lines of JSON-lines files (``.jsonl``, ``.ndjson``; gzip, zstd, bz2, xz).
 
     A sample is ``decode(json.loads(line))`` (the parsed value without ``decode``); see
@@ -146,6 +142,9 @@ class JsonLinesDataset(IterableDataset[Any]):
         >>> folder.cleanup()
     """
 
+    _whole_split, _unit_name, _state_prefix = "files", "file", "shard stream state"
+    _shuffle_key, _in_flight_key = "shuffle_files", "files_in_flight"
+
     def __init__(
         self,
         urls: str | Sequence[str],
@@ -171,26 +170,18 @@ class JsonLinesDataset(IterableDataset[Any]):
             raise TypeError(f"decode should be a callable (parsed line -> sample); got {decode!r}")
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
-        for name, value, low in (
-            ("shuffle_buffer", shuffle_buffer, 0),
-            ("seed", seed, 0),
-            ("files_in_flight", files_in_flight, 1),
-            ("chunk_size", chunk_size, 1),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} should be an int >= {low}; got {value!r}")
-        self.rank, self.world_size = rank_and_world_size(rank, world_size)
+        self._init_stream(
+            shuffle_units=shuffle_files,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            in_flight=files_in_flight,
+        )
+        self.chunk_size = check_count("chunk_size", chunk_size, 1)
         self.decode = decode
-        self.shuffle_files = bool(shuffle_files)
-        self.shuffle_buffer = shuffle_buffer
-        self.seed = seed
-        self.files_in_flight = files_in_flight
-        self.chunk_size = chunk_size
-        self.epoch = 0
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self._counts = SourceCounter()
-        self._resume: StreamState | None = None  # loaded by load_state_dict, for the next iter
-        self._live: tuple[TrackedStream, dict[str, Any]] | None = None  # the stream being read
         self._locations: dict[str, StoreLocation] = {}
         self._paths: list[tuple[str, str]] = []
         self._compressions: list[Compression] = []
@@ -212,22 +203,15 @@ class JsonLinesDataset(IterableDataset[Any]):
             self._paths.append((root, path))
             self._compressions.append(compression)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
+    @property
+    def shuffle_files(self) -> bool:
+        """Whether every epoch has a new order of the files."""
+        return self.shuffle_units
 
-        Call it before each epoch, in every rank, with the same value. With
-        worker processes, persistent ones included, the epoch reaches every
-        worker's copy of the dataset when the next epoch starts (``iter(loader)``).
-
-        Example::
-
-            for epoch in range(10):
-                dataset.set_epoch(epoch)
-                for batch in loader: ...
-        """
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
-        self.epoch = epoch
+    @property
+    def files_in_flight(self) -> int:
+        """The files each worker streams at once."""
+        return self.units_in_flight
 
     def take_source_counts(self) -> SourceCounts | None:
         """Cache hits and misses and bytes from the store since the previous call.
@@ -249,30 +233,8 @@ class JsonLinesDataset(IterableDataset[Any]):
             JsonLinesDataset(["file:///d/a.jsonl", "file:///d/b.jsonl"], rank=1,
                              world_size=2).files()   # ['file:///d/b.jsonl']
         """
-        order = self._order_of(self.epoch)
-        return [self.urls[i] for i in order[self.rank :: self.world_size][worker::num_workers]]
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        self._live = None  # a new iteration: the last one's state is no longer where it stands
-        return self._stream(None)
-
-    def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
-        """The stream under the loader's fault policy (see :mod:`aioload.stream_faults`).
-
-        The samples and their order are those of ``aiter(dataset)``; a line that does not
-        parse (or whose ``decode`` raises) is skipped alone, a file read that fails
-        transiently is retried from its next line, and a file that cannot be read is
-        skipped from the line where it failed.
-
-        Example::
-
-            loader = DataLoader(dataset, batch_size=32, collate_fn=list,
-                                on_error="skip", max_skipped=10)
-            list(loader)
-            loader.skipped   # [SkippedItem(key='s3://b/a.jsonl:17', ..., where='... line 17 ...')]
-        """
-        self._live = None
-        return self._stream(guard)
+        plan = self._plan(self.epoch, self.rank, self.world_size, worker, num_workers)
+        return [self.urls[run.shard] for run in plan]
 
     async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
         info = get_worker_info()
@@ -313,29 +275,20 @@ class JsonLinesDataset(IterableDataset[Any]):
     ) -> AsyncGenerator[tuple[Any, Ref | None], None]:
         """This worker's stream, as ``(line, ref)``: fresh, or resumed from the state
         loaded last. Under ``guard`` its runs are read by :func:`guarded_runs`."""
-        layout = self._layout(self.rank, self.world_size, worker, num_workers)
-        resume, self._resume = self._resume, None
-        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
-        buffer: list[tuple[Any, Ref]] = []
-        draining = False
-        if resume is None:
-            runs = self._plan(self.epoch, self.rank, self.world_size, worker, num_workers)
-        elif resume.layout == layout:
-            # The same split: continue exactly, buffer, generator and turn order included.
-            runs = resume.runs
-            if resume.rng is not None:
-                rng.bit_generator.state = resume.rng
-            lines = await self._reread(resume.buffer)
-            buffer, draining = list(zip(lines, resume.buffer, strict=True)), resume.draining
-        else:
-            runs = self._resplit([resume], worker, num_workers)
+        start = self._start(worker, num_workers, None)
         open_run: OpenRun = self._run_lines
         if guard is not None:
             open_run = guarded_runs(open_run, self.urls, guard, self._rest_of_file)
-        stream = TrackedStream(
-            runs, open_run, self.files_in_flight, self.shuffle_buffer, rng, buffer, draining
+        stream = await resumed_stream(
+            start.plan,
+            start.resumed,
+            open_run,
+            self._reread,
+            self.files_in_flight,
+            self.shuffle_buffer,
+            start.rng,
         )
-        self._live = (stream, layout)
+        self._live = partial(stream.state, self.epoch, start.layout)
         return stream.items()
 
     def _rest_of_file(self, url: str, left: Run) -> str:
@@ -344,41 +297,19 @@ class JsonLinesDataset(IterableDataset[Any]):
             where += f" (byte {left.offset})"
         return where
 
-    def _layout(self, rank: int, world_size: int, worker: int, num_workers: int) -> dict[str, Any]:
-        """What a stream's order depends on: a state resumes exactly where it is the same."""
-        return {
-            "rank": rank,
-            "world_size": world_size,
-            "worker": worker,
-            "num_workers": num_workers,
-            "split": "files",
-            "shuffle_buffer": self.shuffle_buffer,
-            "files_in_flight": self.files_in_flight,
-            "seed": self.seed,
-            "shuffle_files": self.shuffle_files,
-        }
+    # -- the stream's units and states (StreamDataset's hooks) -----------------------
 
-    def _order_of(self, epoch: int) -> list[int]:
-        return epoch_order(len(self.urls), self.shuffle_files, self.seed, epoch)
+    def _unit_count(self) -> int:
+        return len(self.urls)
 
-    def _plan(
-        self, epoch: int, rank: int, world_size: int, worker: int, num_workers: int
-    ) -> list[Run]:
-        """What a worker reads of epoch ``epoch``, from its start, as runs (whole files)."""
-        order = self._order_of(epoch)
-        return [Run(file, 0, 0, -1) for file in order[rank::world_size][worker::num_workers]]
+    def _check_state(self, state: Any) -> StreamState:
+        return check_state(state, shards=len(self.urls), format=JSONL_STATE_FORMAT)
 
-    def _resplit(self, states: Sequence[StreamState], worker: int, num_workers: int) -> list[Run]:
-        return resplit(
-            states,
-            self._order_of(states[0].epoch),
-            rank=self.rank,
-            world_size=self.world_size,
-            worker=worker,
-            num_workers=num_workers,
-            batch_size=None,
-            offset_of=None,
-        )
+    def _state_json(self, state: StreamState) -> dict[str, Any]:
+        return state.to_json(len(self.urls), format=JSONL_STATE_FORMAT)
+
+    def _new_state(self, epoch: int, layout: dict[str, Any], runs: list[Run]) -> StreamState:
+        return StreamState(epoch, layout, runs)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -457,136 +388,34 @@ class JsonLinesDataset(IterableDataset[Any]):
 
     async def _reread(self, refs: Sequence[Ref]) -> list[bytes]:
         """The lines ``refs`` name, read again: one ranged GET per run of neighbours in a
-        plain file, one read of each compressed file."""
-        if not refs:
-            return []
-        groups: list[list[Ref]] = []
-        for ref in sorted(refs, key=lambda ref: (ref[0], ref[1])):
-            last = groups[-1][-1] if groups else None
-            if (
-                last is not None
-                and last[0] == ref[0]
-                and (self._compressions[ref[0]] != "none" or last[3] == ref[2])
-            ):
-                groups[-1].append(ref)
-            else:
-                groups.append([ref])
+        plain file, one read of each compressed file (:func:`~.shard_stream.reread`)."""
+        return await reread(refs, lambda number: self._compressions[number] != "none", self._refs)
+
+    async def _refs(self, group: list[Ref]) -> dict[tuple[int, int], bytes]:
+        number = group[0][0]
+        url = redact_url(self.urls[number])
+        if self._compressions[number] == "none":
+            first, end = group[0][2], group[-1][3]
+            lines = _closing_lines(self._open(number, (first, end)), group[0][1], first)
+        else:
+            lines = self._lines_from(number, 0, 0)
+        wanted = {ref[1]: ref for ref in group}
         found: dict[tuple[int, int], bytes] = {}
-
-        async def read(group: list[Ref]) -> None:
-            number = group[0][0]
-            url = redact_url(self.urls[number])
-            if self._compressions[number] == "none":
-                first, end = group[0][2], group[-1][3]
-                lines = _closing_lines(self._open(number, (first, end)), group[0][1], first)
-            else:
-                lines = self._lines_from(number, 0, 0)
-            wanted = {ref[1]: ref for ref in group}
-            async with aclosing(lines):
-                async for line, content, first, end in lines:
-                    ref = wanted.pop(line, None)
-                    if ref is None:
-                        continue
-                    if (first, end, _key(content)) != ref[2:]:
-                        raise ShardStateError(
-                            f"shard stream state: {url} has another line {line + 1} "
-                            f"(bytes {first} to {end}) than the state expects {list(ref)!r}: "
-                            "was the file rewritten?"
-                        )
-                    found[number, line] = content
-                    if not wanted:
-                        return
-            raise ShardStateError(
-                f"shard stream state: {url} ends before the lines the state names"
-            )
-
-        await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY)
-        return [found[ref[0], ref[1]] for ref in refs]
-
-    # -- checkpoints ----------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any] | None:
-        """Where this process's stream stands: the lines it has not yielded, as JSON.
-
-        Taken by the loader after every batch (see :meth:`DataLoader.state_dict()
-        <aioload.DataLoader.state_dict>`): file numbers, line numbers, byte offsets and
-        the shuffle buffer's refs, never the lines themselves (the layout is
-        :mod:`aioload.sources.shard_state`'s, with ``"format": "aioload.jsonl-stream"``).
-        None before the first iteration.
-
-        Example::
-
-            state = dataset.state_dict()       # within an iteration
-            json.dumps(state)                  # plain JSON
-        """
-        if self._live is None:
-            if self._resume is None:
-                return None
-            return self._resume.to_json(len(self.urls), format=JSONL_STATE_FORMAT)
-        stream, layout = self._live
-        state = stream.state()
-        state.epoch, state.layout = self.epoch, layout
-        return state.to_json(len(self.urls), format=JSONL_STATE_FORMAT)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration continue the stream ``state`` describes.
-
-        Its epoch replaces :meth:`set_epoch`'s for that iteration. With the same split
-        (rank, world size, worker, workers, buffer, files in flight) the stream continues
-        exactly; otherwise what is left is re-split (see :meth:`resume_streams`). The
-        state is checked completely before anything is read.
-
-        Raises:
-            ShardStateError: a malformed state, or one of other files or another kind
-                of dataset.
-
-        Example::
-
-            dataset.load_state_dict(json.load(open("stream.json")))
-        """
-        checked = check_state(state, shards=len(self.urls), format=JSONL_STATE_FORMAT)
-        self._resume = checked
-        self.epoch = checked.epoch
-
-    def resume_streams(
-        self, states: Sequence[Any], num_workers: int, batch_size: int | None
-    ) -> list[Any]:
-        """The states a resumed epoch gives each of ``num_workers`` workers (one, with 0).
-
-        The loader's hook for an elastic resume (see :mod:`aioload.checkpoint`): states of
-        this loader's split are returned as they are; otherwise every line they have left
-        is re-split, by runs in the epoch's file order, over this rank's workers (a file
-        begun stays one unit), with a fresh shuffle buffer.
-
-        Raises:
-            ShardStateError: a malformed state, or one of other files.
-
-        Example::
-
-            states = dataset.resume_streams(recorded, num_workers=1, batch_size=32)
-        """
-        files = len(self.urls)
-
-        def layout_of(worker: int, workers: int) -> dict[str, Any]:
-            return self._layout(self.rank, self.world_size, worker, workers)
-
-        def fresh(epoch: int, worker: int, workers: int) -> StreamState:
-            return StreamState(
-                epoch, {}, self._plan(epoch, self.rank, self.world_size, worker, workers)
-            )
-
-        def resplit_for(filled: list[StreamState], worker: int, workers: int) -> Any:
-            state = StreamState(
-                filled[0].epoch, layout_of(worker, workers), self._resplit(filled, worker, workers)
-            )
-            return state.to_json(files, format=JSONL_STATE_FORMAT)
-
-        parse = partial(check_state, shards=files, format=JSONL_STATE_FORMAT)
-        return resume_streams(states, num_workers, parse, layout_of, fresh, resplit_for)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The stream being read (tasks, open reads) stays in the process that reads it.
-        return {**self.__dict__, "_live": None}
+        async with aclosing(lines):
+            async for line, content, first, end in lines:
+                ref = wanted.pop(line, None)
+                if ref is None:
+                    continue
+                if (first, end, _key(content)) != ref[2:]:
+                    raise ShardStateError(
+                        f"shard stream state: {url} has another line {line + 1} "
+                        f"(bytes {first} to {end}) than the state expects {list(ref)!r}: "
+                        "was the file rewritten?"
+                    )
+                found[number, line] = content
+                if not wanted:
+                    return found
+        raise ShardStateError(f"shard stream state: {url} ends before the lines the state names")
 
     def __repr__(self) -> str:
         return f"JsonLinesDataset({len(self.urls)} files, e.g. {redact_url(self.urls[0])!r})"

@@ -24,9 +24,12 @@ from :meth:`IterableParquetDataset.batch_stream` (see :mod:`aioload.row_block`),
 ``collate_fn`` of yours gets the rows as dicts. Iterated itself (``async for``,
 ``batch_size=None``, a :class:`~aioload.sources.MixDataset`), it yields rows as dicts.
 
-The stream checkpoints and resumes (``state_dict``/``load_state_dict``, exactly with the
-same layout; re-split with another, :meth:`~IterableParquetDataset.resume_streams`), and
-under the loader's fault policy a row group that cannot be read is retried, then skipped.
+The stream checkpoints and resumes as every stream dataset does
+(:class:`~aioload.sources.stream_dataset.StreamDataset`): ``state_dict``/``load_state_dict``,
+exactly with the same layout; re-split over other workers
+(:meth:`~IterableParquetDataset.resume_streams`) or the ranks of a job of another size
+(:meth:`~IterableParquetDataset.merge_states`), each row left once. Under the loader's
+fault policy a row group that cannot be read is retried, then skipped.
 
 A file whose footer cannot be read — missing, truncated, not Parquet: what every rank and
 worker sees alike — is left out of the row groups when the footers are read (a warning is
@@ -41,31 +44,21 @@ by another would break the split.
 from __future__ import annotations
 
 import copy
-import functools
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from functools import partial
 from typing import Any, Literal
 
-import numpy as np
-
-from aioload.datasets import IterableDataset
 from aioload.fetch import Skip
-from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounts
 from aioload.sources.arrow_rows import ArrowRows
 from aioload.sources.parquet_files import ParquetFiles
-from aioload.sources.parquet_state import RowsState, check_rows_state, refs_of
+from aioload.sources.parquet_state import READY_SLACK, RowsState, check_rows_state, refs_of
 from aioload.sources.parquet_stream import Piece, RowStream, read_rows
-from aioload.sources.rank_split import (
-    Segment,
-    epoch_order,
-    rank_segments,
-    samples_per_rank,
-    worker_segments,
-)
-from aioload.sources.shard_state import resplit
+from aioload.sources.rank_split import Segment
+from aioload.sources.shard_state import Run
 from aioload.sources.sizes import parse_size
-from aioload.sources.stream_resume import resume_streams
+from aioload.sources.stream_dataset import StreamDataset
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
@@ -75,7 +68,7 @@ __all__ = ["IterableParquetDataset"]
 DEFAULT_READ_AHEAD = 64 << 20
 """Bytes of column chunks an IterableParquetDataset worker reads ahead, by default."""
 
-_ROW_CHUNK = 256  # rows taken at once when the stream is iterated row by row
+_ROW_CHUNK = READY_SLACK  # rows taken at once when the stream is iterated row by row
 
 
 class _Held:
@@ -88,7 +81,7 @@ class _Held:
         self.next = 0
 
 
-class IterableParquetDataset(IterableDataset[Any]):
+class IterableParquetDataset(StreamDataset[RowsState]):
     """Streams the rows of Parquet files by row group (see the module docstring).
 
     Args:
@@ -130,6 +123,10 @@ class IterableParquetDataset(IterableDataset[Any]):
                 ...
     """
 
+    _whole_split, _sized_split, _unit_name = "row_groups", "rows", "row group"
+    _shuffle_key, _state_prefix = "shuffle_row_groups", "Parquet stream state"
+    split: Literal["rows", "row_groups"]
+
     def __init__(
         self,
         urls_or_prefix: str | Sequence[str],
@@ -147,32 +144,24 @@ class IterableParquetDataset(IterableDataset[Any]):
         cache_limit: int | str | None = None,
         **store_options: Any,
     ) -> None:
-        if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
-            raise ValueError(f"shuffle_buffer should be an int >= 0; got {shuffle_buffer!r}")
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed should be an int >= 0; got {seed!r}")
-        read_ahead = parse_size(read_ahead)
-        rank, world_size = rank_and_world_size(rank, world_size)
-        if split is None:
-            split = "rows" if world_size > 1 else "row_groups"
-        if split not in ("rows", "row_groups"):
-            raise ValueError(f"split should be 'rows' or 'row_groups'; got {split!r}")
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
+        self._init_stream(
+            shuffle_units=shuffle_row_groups,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            split=split,
+            drop_last=drop_last,
+        )
+        self.read_ahead = parse_size(read_ahead)
         self.files = ParquetFiles(
             urls_or_prefix, columns, cache_dir, cache_limit, store_options, skip_unreadable=True
         )
-        self.shuffle_row_groups = bool(shuffle_row_groups)
-        self.shuffle_buffer = shuffle_buffer
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.split: Literal["rows", "row_groups"] = split
-        self.drop_last = drop_last
-        self.read_ahead = read_ahead
-        self.epoch = 0
-        self._resume: RowsState | None = None  # loaded by load_state_dict, for the next iter
-        self._live: tuple[RowStream, dict[str, Any], _Held] | None = None
+
+    @property
+    def shuffle_row_groups(self) -> bool:
+        """Whether every epoch has a new order of the row groups."""
+        return self.shuffle_units
 
     @property
     def columns(self) -> list[str] | None:
@@ -182,23 +171,6 @@ class IterableParquetDataset(IterableDataset[Any]):
     async def load(self) -> None:
         """Reads the footers (listing a prefix first), once."""
         await self.files.load()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
-
-        Call it before each epoch, in every rank, with the same value. With
-        worker processes, persistent ones included, the epoch reaches every
-        worker's copy of the dataset when the next epoch starts (``iter(loader)``).
-
-        Example::
-
-            for epoch in range(10):
-                dataset.set_epoch(epoch)
-                for batch in loader: ...
-        """
-        if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
-        self.epoch = epoch
 
     def take_source_counts(self) -> SourceCounts | None:
         """Cache hits and misses and bytes from the store since the previous call
@@ -211,59 +183,27 @@ class IterableParquetDataset(IterableDataset[Any]):
         Raises:
             TypeError: ``split="row_groups"`` (a rank gets what its row groups hold).
         """
-        if self.split != "rows":
-            raise TypeError(
-                f"{self!r} gives ranks and workers whole row groups (split='row_groups'), so "
-                "it promises no length; pass split='rows' for one, the same on every rank"
-            )
-        return samples_per_rank(self.files.num_rows, self.world_size, self.drop_last)
+        return self._samples_per_rank()
 
-    # -- the epoch's plan -------------------------------------------------------
+    # -- the stream's units and states (StreamDataset's hooks) -------------------
 
-    def _order_of(self, epoch: int) -> list[int]:
-        return epoch_order(len(self.files.units), self.shuffle_row_groups, self.seed, epoch)
+    def _unit_count(self) -> int:
+        return len(self.files.load_blocking().units)
 
-    def _plan(
-        self, epoch: int, rank: int, world_size: int, worker: int, workers: int, batch: int | None
-    ) -> list[Segment]:
-        order = self._order_of(epoch)
-        rows = self.files.unit_rows
-        if self.split == "row_groups":
-            mine = order[rank::world_size][worker::workers]
-            return [Segment(unit, 0, int(rows[unit])) for unit in mine]
-        counts = [int(count) for count in rows]
-        share = rank_segments(order, counts, rank, world_size, self.drop_last)
-        return worker_segments(share, worker, workers, batch)
+    def _unit_counts(self) -> list[int]:
+        return [int(count) for count in self.files.load_blocking().unit_rows]
 
-    def _layout(self, worker: int, workers: int, batch: int | None) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "worker": worker,
-            "num_workers": workers,
-            "batch_size": batch if self.split == "rows" and workers > 1 else None,
-            "split": self.split,
-            "shuffle_buffer": self.shuffle_buffer,
-            "seed": self.seed,
-            "shuffle_row_groups": self.shuffle_row_groups,
-            "drop_last": self.drop_last,
-        }
+    def _whole_run(self, unit: int) -> Run:
+        return Run(unit, 0, 0, int(self.files.load_blocking().unit_rows[unit]))
 
-    def _resplit(
-        self, states: Sequence[RowsState], worker: int, workers: int, batch: int | None
-    ) -> list[Segment]:
-        runs = resplit(
-            [state.left() for state in states],
-            self._order_of(states[0].epoch),
-            rank=self.rank,
-            world_size=self.world_size,
-            worker=worker,
-            num_workers=workers,
-            batch_size=batch,
-            offset_of=(lambda unit, row: row) if self.split == "rows" else None,
-        )
-        # A Parquet run always knows where it stops (stop -1 is a tar shard's "to its end").
-        return [Segment(run.shard, run.start, run.stop) for run in runs]
+    def _check_state(self, state: Any) -> RowsState:
+        return check_rows_state(state, self._unit_counts())
+
+    def _state_json(self, state: RowsState) -> dict[str, Any]:
+        return state.to_json(self._unit_count())
+
+    def _new_state(self, epoch: int, layout: dict[str, Any], runs: list[Run]) -> RowsState:
+        return RowsState(epoch, layout, _segments(runs))
 
     # -- streams ------------------------------------------------------------------
 
@@ -286,32 +226,26 @@ class IterableParquetDataset(IterableDataset[Any]):
 
     async def _open(
         self, batch: int | None, guard: StreamGuard | None
-    ) -> tuple[RowStream, list[Skip]]:
-        """This worker's stream, and the skip markers to yield before it (the files left
-        out as unreadable)."""
+    ) -> tuple[RowStream, list[Skip], _Held]:
+        """This worker's stream, the skip markers to yield before it (the files left out
+        as unreadable), and the rows of it taken and not all yielded yet."""
         await self.files.load()
         skipped = self._unreadable(guard)
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         if batch is None and info is not None:
             batch = info.batch_size
-        layout = self._layout(worker, workers, batch)
-        resume, self._resume = self._resume, None
-        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
+        start = self._start(worker, workers, batch)
         files = self.files
         assert files.schema is not None
         buffer = ready = None
         draining = False
-        if resume is None:
-            runs = self._plan(self.epoch, self.rank, self.world_size, worker, workers, batch)
-        elif resume.layout == layout:
-            runs, draining = resume.runs, resume.draining
-            if resume.rng is not None:
-                rng.bit_generator.state = resume.rng
-            buffer = await read_rows(refs_of(resume.buffer), files.read_many, files.schema)
-            ready = await read_rows(refs_of(resume.ready), files.read_many, files.schema)
-        else:
-            runs = self._resplit([resume], worker, workers, batch)
+        resumed = start.resumed
+        runs = _segments(start.plan)
+        if resumed is not None:
+            runs, draining = resumed.runs, resumed.draining
+            buffer = await read_rows(refs_of(resumed.buffer), files.read_many, files.schema)
+            ready = await read_rows(refs_of(resumed.ready), files.read_many, files.schema)
         stream = RowStream(
             runs,
             files.read_many,
@@ -319,7 +253,7 @@ class IterableParquetDataset(IterableDataset[Any]):
             self.read_ahead,
             files.unit_bytes,
             self.shuffle_buffer,
-            rng,
+            start.rng,
             files.describe,
             files.file_of,
             guard,
@@ -327,8 +261,9 @@ class IterableParquetDataset(IterableDataset[Any]):
             ready,
             draining,
         )
-        self._live = (stream, layout, _Held())
-        return stream, skipped
+        held = _Held()
+        self._live = partial(_state_of, stream, self.epoch, start.layout, held)
+        return stream, skipped, held
 
     async def batch_stream(
         self, batch_size: int, drop_last: bool, guard: StreamGuard | None
@@ -339,7 +274,7 @@ class IterableParquetDataset(IterableDataset[Any]):
         shorter (dropped with ``drop_last``); under ``guard`` a row range that cannot be
         read comes as a skip marker.
         """
-        stream, skipped = await self._open(batch_size, guard)
+        stream, skipped, _ = await self._open(batch_size, guard)
         try:
             for marker in skipped:
                 yield marker
@@ -356,23 +291,8 @@ class IterableParquetDataset(IterableDataset[Any]):
         finally:
             await stream.aclose()
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        self._live = None
-        return self._rows(None)
-
-    def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
-        """The rows under the loader's fault policy (see :mod:`aioload.stream_faults`):
-        a row group whose read fails transiently is retried; one that cannot be read
-        (missing or truncated file, a footer that lies, a store error after the retries)
-        is skipped, recorded with its file and row group; a file whose footer cannot be
-        read (missing, truncated, not Parquet) is skipped whole, recorded with its URL."""
-        self._live = None
-        return self._rows(guard)
-
-    async def _rows(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
-        stream, skipped = await self._open(None, guard)
-        assert self._live is not None
-        held = self._live[2]  # the rows taken and not all yielded yet: part of the state
+    async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
+        stream, skipped, held = await self._open(None, guard)
         try:
             for marker in skipped:
                 yield marker
@@ -391,67 +311,20 @@ class IterableParquetDataset(IterableDataset[Any]):
         finally:
             await stream.aclose()
 
-    # -- checkpoints --------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any] | None:
-        """Where this process's stream stands: the rows it has not delivered, as JSON
-        (see :mod:`aioload.sources.parquet_state`). None before the first iteration."""
-        if self._live is None:
-            return None if self._resume is None else self._resume.to_json(len(self.files.units))
-        stream, layout, held = self._live
-        state = stream.state(self.epoch, layout)
-        if held.piece is not None:
-            state.ready = held.piece.cut(held.next)[1].runs() + state.ready
-        return state.to_json(len(self.files.units))
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration continue the stream ``state`` describes (its epoch
-        replaces :meth:`set_epoch`'s). The same layout continues exactly; another
-        re-splits what is left.
-
-        Raises:
-            ShardStateError: a malformed state, or one of other files.
-        """
-        rows = [int(count) for count in self.files.load_blocking().unit_rows]
-        checked = check_rows_state(state, rows)
-        self._resume = checked
-        self.epoch = checked.epoch
-
-    def resume_streams(
-        self, states: Sequence[Any], num_workers: int, batch_size: int | None
-    ) -> list[Any]:
-        """The states a resumed epoch gives each of ``num_workers`` workers (one, with 0).
-
-        The loader's hook for an elastic resume (see :mod:`aioload.checkpoint`): where
-        ``states`` are this loader's layout they are returned as they are; otherwise every
-        row they have left is re-split over the workers, in the epoch's row-group order.
-        """
-        rows = [int(count) for count in self.files.load_blocking().unit_rows]
-        units = len(rows)
-
-        def fresh(epoch: int, worker: int, workers: int) -> RowsState:
-            plan = self._plan(epoch, self.rank, self.world_size, worker, workers, batch_size)
-            return RowsState(epoch, {}, plan)
-
-        def resplit_for(filled: list[RowsState], worker: int, workers: int) -> Any:
-            runs = self._resplit(filled, worker, workers, batch_size)
-            layout = self._layout(worker, workers, batch_size)
-            return RowsState(filled[0].epoch, layout, runs).to_json(units)
-
-        return resume_streams(
-            states,
-            num_workers,
-            functools.partial(check_rows_state, rows=rows),
-            functools.partial(self._layout, batch=batch_size),
-            fresh,
-            resplit_for,
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The stream being read (tasks, tables) stays in the process that reads it.
-        return {**copy.copy(self.__dict__), "_live": None}
-
     def __repr__(self) -> str:
         files = self.files
         where = files.prefix if files.prefix is not None else files.urls[0]
         return f"IterableParquetDataset({redact_url(where)!r}, columns={files.columns!r})"
+
+
+def _segments(runs: list[Run]) -> list[Segment]:
+    # A Parquet run always knows where it stops (stop -1 is a tar shard's "to its end").
+    return [Segment(run.shard, run.start, run.stop) for run in runs]
+
+
+def _state_of(stream: RowStream, epoch: int, layout: dict[str, Any], held: _Held) -> RowsState:
+    """Where ``stream`` stands, the rows a row-by-row iteration took and did not yield first."""
+    state = stream.state(epoch, layout)
+    if held.piece is not None:
+        state.ready = held.piece.cut(held.next)[1].runs() + state.ready
+    return state

@@ -15,8 +15,10 @@ and its position in it; consecutive rows are written as runs ``[unit, start, sto
   (:func:`~aioload.sources.shard_state.resplit`, as shard streams do).
 
 Every state is plain JSON, validated completely by :func:`check_rows_state` before
-anything is read (a state is outside data): anything malformed raises
-:class:`~aioload.sources.shard_state.ShardStateError`.
+anything is read (a state is outside data): anything malformed, rows the files do not have,
+a row named twice (:mod:`~aioload.sources.stream_checks`), or more rows in ``buffer`` than
+the layout's shuffle buffer holds (in ``ready`` than it, or the largest row group, and
+:data:`READY_SLACK` rows) raises :class:`~aioload.sources.shard_state.ShardStateError`.
 
 Example::
 
@@ -28,15 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from aioload.sources.rank_split import Segment
-from aioload.sources.shard_state import Run, ShardStateError, StreamState, check_rng
+from aioload.sources.shard_state import Run, ShardStateError, check_rng
+from aioload.sources.stream_checks import Span, check_spans, shuffle_bound
 
 __all__ = [
     "ROWS_FORMAT",
+    "READY_SLACK",
     "ROWS_VERSION",
     "RowsState",
     "check_rows_state",
@@ -48,6 +52,9 @@ ROWS_FORMAT = "aioload.parquet-stream"
 """The ``"format"`` field of every Parquet stream state."""
 
 ROWS_VERSION = 1
+
+READY_SLACK = 256
+"""Rows a stream takes at once when it is iterated row by row: part of ``ready`` then."""
 
 
 def runs_of(refs: np.ndarray[Any, Any]) -> list[list[int]]:
@@ -109,15 +116,19 @@ class RowsState:
             "draining": self.draining,
         }
 
-    def left(self) -> StreamState:
-        """Every row left, as a shard stream state (for ``shard_state.resplit``)."""
-        pieces = [*self.ready, *self.buffer, *self.runs]
-        return StreamState(
-            self.epoch, self.layout, [Run(p.shard, p.start, p.start, p.stop) for p in pieces]
-        )
+    def left(self) -> list[Run]:
+        """Every row left, as runs (for :func:`~aioload.sources.shard_state.resplit`)."""
+        return [Run(p.shard, p.start, p.start, p.stop) for p in self._pieces()]
+
+    def spans(self) -> list[Span]:
+        """Every row the state names (for :func:`~.stream_checks.check_spans`)."""
+        return [Span(p.shard, p.start, p.stop) for p in self._pieces()]
+
+    def _pieces(self) -> list[Segment]:
+        return [*self.ready, *self.buffer, *self.runs]
 
 
-def _fail(message: str) -> Any:
+def _fail(message: str) -> NoReturn:
     raise ShardStateError(f"Parquet stream state: {message}")
 
 
@@ -173,7 +184,7 @@ def check_rows_state(state: Any, rows: Sequence[int]) -> RowsState:
         rng = check_rng(state.get("rng"))
     except ShardStateError as error:
         _fail(str(error).partition(": ")[2])
-    return RowsState(
+    checked = RowsState(
         _count(state.get("epoch"), "'epoch'"),
         dict(layout),
         _runs(state.get("runs"), "runs", rows),
@@ -182,3 +193,17 @@ def check_rows_state(state: Any, rows: Sequence[int]) -> RowsState:
         rng,
         draining,
     )
+    check_spans(checked.spans(), "row group", _fail)
+    shuffle = shuffle_bound(layout, _fail)
+    if shuffle is not None:
+        for name, runs, most in (
+            ("buffer", checked.buffer, shuffle),
+            ("ready", checked.ready, max(shuffle, max(rows, default=0)) + READY_SLACK),
+        ):
+            held = sum(len(run) for run in runs)
+            if held > most:
+                _fail(
+                    f"its {name!r} holds {held} rows, more than a stream of its layout holds "
+                    f"({most})"
+                )
+    return checked

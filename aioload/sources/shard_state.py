@@ -18,7 +18,10 @@ records, after every batch, the samples it has not yielded yet, never their byte
   any other layout re-splits what is left (:func:`resplit`).
 
 Every state is plain JSON. :func:`check_state` validates one completely before anything
-is read (a state is outside data): anything malformed raises :class:`ShardStateError`.
+is read (a state is outside data): anything malformed, a sample named twice, positions and
+bytes that disagree (:mod:`~aioload.sources.stream_checks`), or more buffered samples than
+the layout's shuffle buffer holds raises :class:`ShardStateError`. Whether the samples and
+bytes exist is the dataset's to check, where it knows (a shard's index).
 
 Example::
 
@@ -29,13 +32,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import numpy as np
 
 from aioload.sources.rank_split import Segment, take, worker_segments
+from aioload.sources.stream_checks import Span, check_spans, shuffle_bound
 
 __all__ = [
     "STATE_FORMAT",
@@ -98,6 +102,15 @@ class StreamState:
     draining: bool = False
     rng: dict[str, Any] | None = None
 
+    def left(self) -> list[Run]:
+        """Every sample left, the buffered ones first, as runs (for :func:`resplit`)."""
+        return [*map(_sample_run, self.buffer), *self.runs]
+
+    def spans(self) -> list[Span]:
+        """Every sample the state names (for :func:`~.stream_checks.check_spans`)."""
+        runs = [Span(run.shard, run.start, run.stop, run.offset) for run in self.runs]
+        return runs + [Span(ref[0], ref[1], ref[1] + 1, ref[2], ref[3]) for ref in self.buffer]
+
     def to_json(self, shards: int, *, format: str = STATE_FORMAT) -> dict[str, Any]:
         """The state as plain JSON types, marked as a stream state of kind ``format``."""
         return {
@@ -120,7 +133,7 @@ def fresh_state(
     return StreamState(epoch, layout, runs).to_json(shards)
 
 
-def _fail(message: str) -> Any:
+def _fail(message: str) -> NoReturn:
     raise ShardStateError(f"shard stream state: {message}")
 
 
@@ -202,36 +215,50 @@ def check_state(state: Any, *, shards: int, format: str = STATE_FORMAT) -> Strea
     draining = state.get("draining")
     if not isinstance(draining, bool):
         _fail(f"'draining' should be a bool; got {draining!r:.40}")
-    return StreamState(epoch, dict(layout), runs, buffer, draining, check_rng(state.get("rng")))
+    checked = StreamState(epoch, dict(layout), runs, buffer, draining, check_rng(state.get("rng")))
+    check_spans(checked.spans(), "shard", _fail)
+    shuffle = shuffle_bound(layout, _fail)
+    if shuffle is not None and len(buffer) > shuffle:
+        _fail(
+            f"its buffer holds {len(buffer)} samples, more than a shuffle buffer of its layout "
+            f"holds ({shuffle})"
+        )
+    return checked
 
 
 def _sample_run(ref: Ref) -> Run:
     return Run(ref[0], ref[1], ref[2], ref[1] + 1)
 
 
-def _remaining(states: Sequence[StreamState], order: Sequence[int]) -> list[Run]:
-    """Every sample the states have left, as runs in the epoch's shard order, merged."""
+def _remaining(left: Sequence[Run], order: Sequence[int]) -> list[Run]:
+    """The samples ``left`` names, as runs in the epoch's shard order, each sample once.
+
+    Runs of a shard that meet or overlap are joined: neighbours are read with one range
+    request, and a sample named twice (the padding of a sized split, in the states of
+    every rank of a job) comes once.
+    """
     rank_of = {shard: i for i, shard in enumerate(order)}
-    pieces = [
-        run
-        for state in states
-        for run in [*map(_sample_run, state.buffer), *state.runs]
-        if not run.empty
-    ]
-    pieces.sort(key=lambda run: (rank_of.get(run.shard, len(order)), run.start))
+    pieces = sorted(
+        (run for run in left if not run.empty),
+        key=lambda run: (rank_of.get(run.shard, len(order)), run.shard, run.start),
+    )
     merged: list[Run] = []
     for run in pieces:
         last = merged[-1] if merged else None
-        if last is not None and last.shard == run.shard and 0 <= last.stop == run.start:
-            # Neighbours in one shard: one range request reads them both.
-            merged[-1] = Run(last.shard, last.start, last.offset, run.stop)
+        if (
+            last is not None
+            and last.shard == run.shard
+            and (last.stop == -1 or last.stop >= run.start)
+        ):
+            stop = -1 if -1 in (last.stop, run.stop) else max(last.stop, run.stop)
+            merged[-1] = Run(last.shard, last.start, last.offset, stop)
         else:
             merged.append(run)
     return merged
 
 
 def resplit(
-    states: Sequence[StreamState],
+    left: Sequence[Run],
     order: Sequence[int],
     *,
     rank: int,
@@ -239,23 +266,37 @@ def resplit(
     worker: int,
     num_workers: int,
     batch_size: int | None,
-    offset_of: Any,
+    counts: Sequence[int] | None,
+    offset_of: Callable[[int, int], int],
 ) -> list[Run]:
-    """Worker ``worker`` of rank ``rank``'s share of what ``states`` have left.
+    """Worker ``worker`` of rank ``rank``'s share of the samples ``left`` names.
 
-    The samples left are put in the epoch's shard order (``order``). Runs that know where
-    they stop (``split="samples"``: every shard's index is known, ``offset_of(shard,
-    position)`` gives a sample's byte) are re-split at sample granularity, as
+    The samples left are put in the epoch's shard order (``order``), each once. With
+    ``counts`` (every shard's samples: a sized split, ``offset_of(shard, position)`` giving
+    a sample's byte) they are re-split at sample granularity, as
     :mod:`~aioload.sources.rank_split` splits an epoch: rank ``r`` takes contiguous
     positions ``r * N // world_size`` to ``(r + 1) * N // world_size - 1`` (no padding:
-    every sample left comes once), then its workers whole batches of it. Otherwise
-    (``offset_of`` None) every run is a unit: rank ``r`` takes runs ``r, r + world_size,
-    ...`` and worker ``w`` every ``num_workers``-th of those, as ``split="shards"`` does.
+    every sample left comes once), then its workers whole batches of it. Otherwise every
+    run is a unit: rank ``r`` takes runs ``r, r + world_size, ...`` and worker ``w`` every
+    ``num_workers``-th of those, as a split by whole shards does.
+
+    ``left`` is what the ranks re-split over had left: a rank's own states are re-split
+    over its workers only (``rank=0, world_size=1``), so no rank share is taken of them
+    again.
+
+    Example::
+
+        >>> resplit([Run(0, 2, 2, 6)], [0], rank=0, world_size=1, worker=1, num_workers=2,
+        ...         batch_size=None, counts=[6], offset_of=lambda shard, row: row)
+        [Run(shard=0, start=4, offset=4, stop=6)]
     """
-    left = _remaining(states, order)
-    if offset_of is None:
-        return left[rank::world_size][worker::num_workers]
-    segments = [Segment(run.shard, run.start, run.stop) for run in left]
+    remaining = _remaining(left, order)
+    if counts is None:
+        return remaining[rank::world_size][worker::num_workers]
+    segments = [
+        Segment(run.shard, run.start, counts[run.shard] if run.stop == -1 else run.stop)
+        for run in remaining
+    ]
     total = sum(len(segment) for segment in segments)
     share = take(segments, rank * total // world_size, (rank + 1) * total // world_size)
     mine = worker_segments(share, worker, num_workers, batch_size)

@@ -16,22 +16,27 @@ continues the same cycle (a drained run replaced in place stays in place).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from aioload.sources.interleave import _DONE, _Reader
+from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order
 from aioload.sources.shard_state import Ref, Run, StreamState
 
-__all__ = ["OpenRun", "TrackedStream"]
+__all__ = ["OpenRun", "ReadRefs", "TrackedStream", "reread", "resumed_stream"]
 
 OpenRun = Callable[[Run], AsyncGenerator[tuple[Any, Ref | None, bool], None]]
 """A run's samples: ``(sample, ref, last)``, ``last`` true for the shard's last sample.
 
 A guarded run (:mod:`aioload.sources.shard_faults`) may end with ``(marker, None, True)``:
 a skip marker, handed on at once, the run then counted as done."""
+
+ReadRefs = Callable[[list[Ref]], Awaitable[dict[tuple[int, int], Any]]]
+"""Reads a group of refs again (see :func:`reread`): their samples by ``(unit, position)``."""
 
 
 class _Slot:
@@ -61,7 +66,7 @@ class TrackedStream:
 
         stream = TrackedStream(runs, open_run, 4, 1000, rng)
         async for sample in stream.samples():
-            state = stream.state(epoch, layout, shards)   # what is left, as JSON
+            state = stream.state(epoch, layout)   # what is left
     """
 
     def __init__(
@@ -88,8 +93,9 @@ class TrackedStream:
         self._in_line: deque[_Slot] = deque()
         self._turn = 0
 
-    def state(self) -> StreamState:
-        """What is left, as of the last sample yielded (epoch and layout left blank)."""
+    def state(self, epoch: int = 0, layout: dict[str, Any] | None = None) -> StreamState:
+        """What is left, as of the last sample yielded, as a state of ``epoch`` and
+        ``layout``."""
         rotation = self._rotation
         turn = self._turn
         runs = [slot.left for slot in rotation[turn:]]
@@ -98,7 +104,8 @@ class TrackedStream:
         runs += self._pending
         held = self._drain if self._draining else self._buffer
         rng = dict(self._rng.bit_generator.state) if self._shuffle else None
-        return StreamState(0, {}, runs, [ref for _, ref in held], self._draining, rng)
+        buffer = [ref for _, ref in held]
+        return StreamState(epoch, dict(layout or {}), runs, buffer, self._draining, rng)
 
     def _top_up(self) -> None:
         while len(self._rotation) + len(self._in_line) < 2 * self._width and self._pending:
@@ -176,3 +183,43 @@ class TrackedStream:
         drain = self._drain
         while drain:
             yield drain.popleft()
+
+
+async def resumed_stream(
+    plan: Sequence[Run],
+    resumed: StreamState | None,
+    open_run: OpenRun,
+    read_again: Callable[[Sequence[Ref]], Awaitable[list[Any]]],
+    width: int,
+    shuffle: int,
+    rng: np.random.Generator,
+) -> TrackedStream:
+    """The tracked stream of ``plan``, or exactly the one ``resumed`` describes: its runs,
+    its buffer (the samples read again by ``read_again``) and its turn order."""
+    if resumed is None:
+        return TrackedStream(plan, open_run, width, shuffle, rng)
+    samples = await read_again(resumed.buffer)
+    buffer = list(zip(samples, resumed.buffer, strict=True))
+    return TrackedStream(resumed.runs, open_run, width, shuffle, rng, buffer, resumed.draining)
+
+
+async def reread(refs: Sequence[Ref], whole: Callable[[int], bool], read: ReadRefs) -> list[Any]:
+    """The samples ``refs`` names, read again, in ``refs``' order.
+
+    Refs are read in groups, several groups at once: neighbours of a unit (one sample's
+    end is the next one's first byte) with one range request, every ref of a unit that
+    is read ``whole`` (compressed: no range reaches into it) with one read.
+    """
+    if not refs:
+        return []
+    groups: list[list[Ref]] = []
+    for ref in sorted(refs, key=lambda ref: (ref[0], ref[1])):
+        last = groups[-1][-1] if groups else None
+        if last is not None and last[0] == ref[0] and (last[3] == ref[2] or whole(ref[0])):
+            groups[-1].append(ref)
+        else:
+            groups.append([ref])
+    found: dict[tuple[int, int], Any] = {}
+    for part in await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY):
+        found.update(part)
+    return [found[ref[0], ref[1]] for ref in refs]

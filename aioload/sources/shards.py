@@ -33,6 +33,14 @@ yourself.
 A shuffle buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and
 worker) mixes samples across neighbouring shards; memory stays bounded by it.
 
+The split, the epochs and the checkpoints are every stream dataset's
+(:class:`~aioload.sources.stream_dataset.StreamDataset`): ``state_dict`` after any batch,
+an exact resume with the same layout, a re-split of what is left over other workers
+(:meth:`ShardDataset.resume_streams`) or over the ranks of a job of another size
+(:meth:`ShardDataset.merge_states`). What is the shards' own is here: reading a shard, or
+part of one from a sample's byte offset, reading the shuffle buffer's samples again, and
+checking a state against the shards' indexes.
+
 With ``cache_dir`` a shard read once is kept on local disk, and later epochs
 read it from there (:mod:`aioload.sources.cache`).
 
@@ -52,11 +60,10 @@ it checkpoints and resumes as the plain stream does.
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import Any, Literal
@@ -64,24 +71,16 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from aioload.datasets import IterableDataset
-from aioload.ranks import rank_and_world_size
 from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources.braces import expand_braces
 from aioload.sources.cache import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.decompress import Compression, decompressed, zstd_decompressor
 from aioload.sources.interleave import interleave
-from aioload.sources.rank_split import (
-    Segment,
-    epoch_order,
-    rank_segments,
-    samples_per_rank,
-    worker_segments,
-)
+from aioload.sources.rank_split import Segment
 from aioload.sources.segments import count_mismatch, key_mismatch, range_stream
 from aioload.sources.shard_faults import decoded, guarded_runs
-from aioload.sources.shard_index import ShardIndex
+from aioload.sources.shard_index import BLOCK, ShardIndex
 from aioload.sources.shard_indexes import (
     INDEX_CONCURRENCY,
     MissingIndexes,
@@ -92,18 +91,11 @@ from aioload.sources.shard_indexes import (
     warn_built,
 )
 from aioload.sources.shard_reads import group_spans, range_chunks
-from aioload.sources.shard_state import (
-    Ref,
-    Run,
-    ShardStateError,
-    StreamState,
-    check_state,
-    resplit,
-)
-from aioload.sources.shard_stream import OpenRun, TrackedStream
+from aioload.sources.shard_state import Ref, Run, ShardStateError, StreamState, check_state
+from aioload.sources.shard_stream import OpenRun, reread, resumed_stream
 from aioload.sources.store_reads import open_read
 from aioload.sources.stores import StoreLocation
-from aioload.sources.stream_resume import resume_streams
+from aioload.sources.stream_dataset import StreamDataset
 from aioload.sources.tar import group_samples, iter_tar, iter_tar_spans
 from aioload.stream_faults import StreamGuard
 from aioload.urls import redact_url
@@ -171,7 +163,7 @@ def expand_urls(urls: str | Sequence[str]) -> list[str]:
     return expanded
 
 
-class ShardDataset(IterableDataset[Any]):
+class ShardDataset(StreamDataset[StreamState]):
     """Streams the samples of WebDataset-style tar shards from an object store.
 
     A sample is a dict ``{"__key__": key, "__url__": shard_url, field: bytes}``
@@ -259,6 +251,11 @@ class ShardDataset(IterableDataset[Any]):
         >>> folder.cleanup()
     """
 
+    _whole_split, _sized_split, _unit_name = "shards", "samples", "shard"
+    _shuffle_key, _in_flight_key = "shuffle_shards", "shards_in_flight"
+    _state_prefix = "shard stream state"
+    split: Literal["samples", "shards"]
+
     def __init__(
         self,
         urls: str | Sequence[str],
@@ -286,56 +283,32 @@ class ShardDataset(IterableDataset[Any]):
         decode = as_decoder(decode, "sample dict -> sample")
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
-        if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
-            raise ValueError(f"shuffle_buffer should be an int >= 0; got {shuffle_buffer!r}")
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed should be an int >= 0; got {seed!r}")
-        if not isinstance(shards_in_flight, int) or shards_in_flight < 1:
-            raise ValueError(f"shards_in_flight should be an int >= 1; got {shards_in_flight!r}")
-        rank, world_size = rank_and_world_size(rank, world_size)
-        if split not in (None, "samples", "shards"):
-            raise ValueError(f"split should be 'samples' or 'shards'; got {split!r}")
         self._compressions = [tar_compression(urlsplit(url).path) for url in self.urls]
-        compressed = [url for url in self.urls if tar_compression(urlsplit(url).path) != "none"]
         if "zstd" in self._compressions:
             zstd_decompressor()  # the extra is missing: say so now
+        compressed = self._compressed()
         if compressed and split == "samples":
             raise ValueError(
                 f"split='samples' reads samples by byte range, which a compressed shard "
                 f"({redact_url(compressed[0])!r}) does not allow: pass split='shards', or "
                 "store the shards as plain .tar"
             )
-        if split is None:
-            split = "samples" if world_size > 1 and not compressed else "shards"
-            if world_size > 1 and compressed:
-                warnings.warn(
-                    f"ShardDataset: {len(compressed)} of the {len(self.urls)} shards are "
-                    f"compressed (e.g. {redact_url(compressed[0])!r}), so the {world_size} "
-                    "ranks split whole shards (split='shards'), not samples: ranks may get "
-                    "different numbers of samples, and the dataset has no length. Stop "
-                    "every rank at the same step, or store the shards as plain .tar",
-                    UserWarning,
-                    stacklevel=2,
-                )
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last should be a bool; got {drop_last!r}")
-        self.split: Literal["samples", "shards"] = split
-        self.drop_last = drop_last
+        self._init_stream(
+            shuffle_units=shuffle_shards,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            split=split,
+            drop_last=drop_last,
+            in_flight=shards_in_flight,
+        )
         self.decode = decode
-        self.shuffle_shards = bool(shuffle_shards)
-        self.shuffle_buffer = shuffle_buffer
-        self.seed = seed
         self.resampled = bool(resampled)
-        self.rank = rank
-        self.world_size = world_size
-        self.shards_in_flight = shards_in_flight
-        self.epoch = 0
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self._counts = SourceCounter()
         self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
         self._built: set[int] = set()  # shards whose index was built: no index file yet
-        self._resume: StreamState | None = None  # loaded by load_state_dict, for the next iter
-        self._live: tuple[TrackedStream, dict[str, Any]] | None = None  # the stream being read
         # One location per store root (scheme and bucket or host), built and checked now.
         self._locations: dict[str, StoreLocation] = {}
         self._paths: list[tuple[str, str]] = []
@@ -349,23 +322,35 @@ class ShardDataset(IterableDataset[Any]):
                 raise ValueError(f"{redact_url(url)!r} names no shard (a tar object) in its store")
             self._paths.append((root, path))
 
-    def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration shuffles for (as ``DistributedSampler``).
+    def _compressed(self) -> list[str]:
+        return [
+            url for url, kind in zip(self.urls, self._compressions, strict=True) if kind != "none"
+        ]
 
-        Call it before each epoch, in every rank, with the same value; without
-        it every epoch has the order of epoch 0. With worker processes,
-        persistent ones included, the epoch reaches every worker's copy of the
-        dataset when the next epoch starts (``iter(loader)``).
+    def _default_split(self, world_size: int) -> str:
+        compressed = self._compressed()
+        if world_size > 1 and compressed:
+            warnings.warn(
+                f"ShardDataset: {len(compressed)} of the {len(self.urls)} shards are "
+                f"compressed (e.g. {redact_url(compressed[0])!r}), so the {world_size} "
+                "ranks split whole shards (split='shards'), not samples: ranks may get "
+                "different numbers of samples, and the dataset has no length. Stop "
+                "every rank at the same step, or store the shards as plain .tar",
+                UserWarning,
+                stacklevel=4,
+            )
+            return "shards"
+        return super()._default_split(world_size)
 
-        Example::
+    @property
+    def shuffle_shards(self) -> bool:
+        """Whether every epoch has a new order of the shards."""
+        return self.shuffle_units
 
-            for epoch in range(10):
-                dataset.set_epoch(epoch)
-                for batch in loader: ...
-        """
-        if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
-        self.epoch = epoch
+    @property
+    def shards_in_flight(self) -> int:
+        """The shards each worker streams at once."""
+        return self.units_in_flight
 
     def take_source_counts(self) -> SourceCounts | None:
         """Cache hits and misses and bytes from the store since the previous call.
@@ -384,10 +369,8 @@ class ShardDataset(IterableDataset[Any]):
         padding); which ones a worker reads depends on the loader's ``batch_size`` (see
         :meth:`segments`). Not for ``resampled``, which draws them as it goes.
         """
-        if self.split == "samples":
-            segments = self.segments(worker, num_workers, batch_size)
-            return [self.urls[segment.shard] for segment in segments]
-        return [self.urls[i] for i in self._order(worker, num_workers)]
+        plan = self._plan(self.epoch, self.rank, self.world_size, worker, num_workers, batch_size)
+        return [self.urls[run.shard] for run in plan]
 
     def segments(
         self, worker: int = 0, num_workers: int = 1, batch_size: int | None = None
@@ -405,26 +388,8 @@ class ShardDataset(IterableDataset[Any]):
         """
         if self.split != "samples":
             raise ValueError("segments() describes split='samples'; this dataset splits shards")
-        return self._segments(self.indexes(), worker, num_workers, batch_size)
-
-    def _segments(
-        self,
-        indexes: Sequence[ShardIndex],
-        worker: int,
-        num_workers: int,
-        batch_size: int | None,
-    ) -> list[Segment]:
-        counts = [len(index) for index in indexes]
-        mine = rank_segments(
-            self._epoch_order(), counts, self.rank, self.world_size, self.drop_last
-        )
-        return worker_segments(mine, worker, num_workers, batch_size)
-
-    def _epoch_order(self) -> list[int]:
-        return self._order_of(self.epoch)
-
-    def _order(self, worker: int, num_workers: int) -> list[int]:
-        return self._epoch_order()[self.rank :: self.world_size][worker::num_workers]
+        plan = self._plan(self.epoch, self.rank, self.world_size, worker, num_workers, batch_size)
+        return [Segment(run.shard, run.start, run.stop) for run in plan]
 
     def __len__(self) -> int:
         """The samples this rank yields per epoch, the same on every rank (``split="samples"``).
@@ -437,13 +402,7 @@ class ShardDataset(IterableDataset[Any]):
         """
         if self.resampled:
             raise TypeError(f"{self!r} is resampled: it draws shards endlessly and has no length")
-        if self.split != "samples":
-            raise TypeError(
-                f"{self!r} gives ranks and workers whole shards (split='shards'), so it "
-                "promises no length; pass split='samples' for one, the same on every rank"
-            )
-        total = sum(len(index) for index in self.indexes())
-        return samples_per_rank(total, self.world_size, self.drop_last)
+        return self._samples_per_rank()
 
     def indexes(self) -> list[ShardIndex]:
         """Every shard's :class:`~aioload.sources.shard_index.ShardIndex`, in :attr:`urls` order.
@@ -542,31 +501,6 @@ class ShardDataset(IterableDataset[Any]):
         while True:
             yield int(rng.integers(count))
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        self._live = None  # a new iteration: the last one's state is no longer where it stands
-        return self._stream(None)
-
-    def guarded_stream(self, guard: StreamGuard) -> AsyncIterator[Any]:
-        """The stream under the loader's fault policy (see :mod:`aioload.stream_faults`).
-
-        The loader calls it instead of ``aiter(dataset)`` when it has ``retry`` or
-        ``on_error='skip'``. The samples and their order are those of ``aiter(dataset)``;
-        what fails is handled as :mod:`aioload.sources.shard_faults` says: shard reads that
-        fail transiently are retried with the policy's backoff, a sample that ``decode``
-        cannot decode is skipped (its key, the shard's URL and its byte offset recorded),
-        and a shard that cannot be read (missing, truncated, corrupt, a store error after
-        the retries) is skipped from where it failed, the stream going on with the next.
-
-        Example::
-
-            loader = DataLoader(dataset, batch_size=32, retry=RetryPolicy(attempts=3),
-                                on_error="skip", max_skipped=100)
-            for batch in loader: ...
-            loader.skipped   # [SkippedItem(key='000017', ..., where='s3://...tar, byte 10240')]
-        """
-        self._live = None
-        return self._stream(guard)
-
     async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
@@ -589,7 +523,7 @@ class ShardDataset(IterableDataset[Any]):
         self, worker: int, guard: StreamGuard | None
     ) -> AsyncGenerator[tuple[Any, Ref | None], None]:
         picks = self._draws(worker)
-        open_shard = self._whole_run if guard is None else self._guarded_shard(guard)
+        open_shard = self._whole_samples if guard is None else self._guarded_shard(guard)
         samples: AsyncGenerator[Any, None] = (
             self._one_by_one(picks, open_shard)
             if self.shards_in_flight == 1
@@ -600,7 +534,7 @@ class ShardDataset(IterableDataset[Any]):
             samples = _shuffled(samples, self.shuffle_buffer, rng)
         return samples
 
-    def _whole_run(self, shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
+    def _whole_samples(self, shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
         """Shard ``shard``'s samples, as ``(sample, None)``."""
         return _unreferenced(self._samples(shard))
 
@@ -624,37 +558,20 @@ class ShardDataset(IterableDataset[Any]):
         loaded last. Under ``guard`` its runs are read by :func:`guarded_runs`."""
         if self.split == "samples":
             await self.load_indexes()
-        layout = self._layout(self.rank, self.world_size, worker, num_workers, batch_size)
-        resume, self._resume = self._resume, None
-        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
-        buffer: list[tuple[Any, Ref]] = []
-        draining = False
-        if resume is None:
-            runs = self._plan(
-                self.epoch, self.rank, self.world_size, worker, num_workers, batch_size
-            )
-        elif resume.layout == layout:
-            # The same split: continue exactly, buffer, generator and turn order included.
-            runs = resume.runs
-            if resume.rng is not None:
-                rng.bit_generator.state = resume.rng
-            samples = await self._reread(resume.buffer)
-            buffer, draining = list(zip(samples, resume.buffer, strict=True)), resume.draining
-        else:
-            runs = self._resplit([resume], worker, num_workers, batch_size)
+        start = self._start(worker, num_workers, batch_size)
         open_run: OpenRun = self._run_samples
         if guard is not None:
             open_run = guarded_runs(open_run, self.urls, guard, self._rest_of_shard)
-        stream = TrackedStream(
-            runs,
+        stream = await resumed_stream(
+            start.plan,
+            start.resumed,
             open_run,
+            self._reread,
             self.shards_in_flight,
             self.shuffle_buffer,
-            rng,
-            buffer,
-            draining,
+            start.rng,
         )
-        self._live = (stream, layout)
+        self._live = partial(stream.state, self.epoch, start.layout)
         return stream.items()
 
     def _rest_of_shard(self, url: str, left: Run) -> str:
@@ -666,69 +583,61 @@ class ShardDataset(IterableDataset[Any]):
             f"(byte {left.offset} of the decompressed tar)"
         )
 
-    def _layout(
-        self, rank: int, world_size: int, worker: int, num_workers: int, batch_size: int | None
-    ) -> dict[str, Any]:
-        """What a stream's order depends on: a state resumes exactly where it is the same."""
-        return {
-            "rank": rank,
-            "world_size": world_size,
-            "worker": worker,
-            "num_workers": num_workers,
-            "batch_size": batch_size if self.split == "samples" and num_workers > 1 else None,
-            "split": self.split,
-            "shuffle_buffer": self.shuffle_buffer,
-            "shards_in_flight": self.shards_in_flight,
-            "seed": self.seed,
-            "shuffle_shards": self.shuffle_shards,
-            "drop_last": self.drop_last,
-        }
+    # -- the stream's units and states (StreamDataset's hooks) -----------------------
 
-    def _order_of(self, epoch: int) -> list[int]:
-        return epoch_order(len(self.urls), self.shuffle_shards, self.seed, epoch)
+    def _unit_count(self) -> int:
+        return len(self.urls)
 
-    def _plan(
-        self,
-        epoch: int,
-        rank: int,
-        world_size: int,
-        worker: int,
-        num_workers: int,
-        batch_size: int | None,
-    ) -> list[Run]:
-        """What a worker reads of epoch ``epoch``, from its start, as runs."""
-        order = self._order_of(epoch)
-        if self.split == "shards":
-            return [Run(shard, 0, 0, -1) for shard in order[rank::world_size][worker::num_workers]]
-        indexes = self.indexes()
-        counts = [len(index) for index in indexes]
-        mine = rank_segments(order, counts, rank, world_size, self.drop_last)
-        return [
-            Run(s.shard, s.start, self._offset_of(s.shard, s.start), s.stop)
-            for s in worker_segments(mine, worker, num_workers, batch_size)
-        ]
+    def _unit_counts(self) -> list[int]:
+        return [len(index) for index in self.indexes()]
 
     def _offset_of(self, shard: int, position: int) -> int:
         index = self.indexes()[shard]
         return int(index.offsets[position]) if position < len(index) else index.shard_size
 
-    def _resplit(
-        self,
-        states: Sequence[StreamState],
-        worker: int,
-        num_workers: int,
-        batch_size: int | None,
-    ) -> list[Run]:
-        return resplit(
-            states,
-            self._order_of(states[0].epoch),
-            rank=self.rank,
-            world_size=self.world_size,
-            worker=worker,
-            num_workers=num_workers,
-            batch_size=batch_size,
-            offset_of=self._offset_of if self.split == "samples" else None,
-        )
+    def _check_state(self, state: Any) -> StreamState:
+        self._refuse_resampled([state])
+        checked = check_state(state, shards=len(self.urls))
+        for span in checked.spans():
+            if any(byte is not None and byte % BLOCK for byte in (span.first, span.end)):
+                self._refuse(
+                    f"samples {span} of shard {span.unit} at bytes {span.first} to "
+                    f"{span.end}: a tar sample starts and ends at a {BLOCK}-byte block"
+                )
+        if self.split == "samples" or self._indexes is not None:
+            self._check_known(checked)  # the indexes of a sample split: loaded here if need be
+        return checked
+
+    def _check_known(self, state: StreamState) -> None:
+        """Refuses a state naming samples or bytes the shards' indexes do not have."""
+        indexes = self.indexes()
+        keys = {(ref[0], ref[1]): ref[4] for ref in state.buffer}
+        for span in state.spans():
+            index = indexes[span.unit]
+            count = len(index)
+            stop = count if span.stop == -1 else span.stop
+            if span.empty or (span.start == count and span.stop == -1):
+                continue
+            url = redact_url(self.urls[span.unit])
+            if not span.start < stop <= count:
+                self._refuse(f"it names samples {span} of {url}, which has {count}")
+            first, size = int(index.offsets[span.start]), int(index.sizes[span.start])
+            key = keys.get((span.unit, span.start)) if span.end is not None else None
+            if (
+                span.first != first
+                or (span.end is not None and not first < span.end <= first + size)
+                or key not in (None, index.keys[span.start])
+            ):
+                self._refuse(
+                    f"{url} has sample {span.start} ({index.keys[span.start]!r}) at byte "
+                    f"{first}, not where the state says: the state is of other shards"
+                )
+
+    def _state_json(self, state: StreamState) -> dict[str, Any]:
+        return state.to_json(len(self.urls))
+
+    def _new_state(self, epoch: int, layout: dict[str, Any], runs: list[Run]) -> StreamState:
+        return StreamState(epoch, layout, runs)
 
     async def _one_by_one(
         self,
@@ -809,58 +718,41 @@ class ShardDataset(IterableDataset[Any]):
             raise _other_shard(url, run)  # the shard ends before the run's first sample
 
     async def _reread(self, refs: Sequence[Ref]) -> list[Any]:
-        """The samples ``refs`` name, read again: one range request per run of neighbours."""
-        if not refs:
-            return []
-        groups: list[list[Ref]] = []
-        for ref in sorted(refs, key=lambda ref: (ref[0], ref[2])):
-            last = groups[-1][-1] if groups else None
-            if (
-                last is not None
-                and last[0] == ref[0]
-                and (last[3] == ref[2] or self._compressions[ref[0]] != "none")
-            ):
-                groups[-1].append(ref)  # neighbours; or of one compressed shard, read whole
-            else:
-                groups.append([ref])
+        """The samples ``refs`` name, read again: one range request per run of neighbours,
+        one read of each compressed shard (:func:`~.shard_stream.reread`)."""
+        return await reread(refs, lambda shard: self._compressions[shard] != "none", self._refs)
+
+    async def _refs(self, group: list[Ref]) -> dict[tuple[int, int], Any]:
+        shard, first, end = group[0][0], group[0][2], group[-1][3]
+        url = redact_url(self.urls[shard])
+        root, path = self._paths[shard]
+        whole = self._compressions[shard] != "none"
+        chunks = (
+            self._whole_shard(shard)
+            if whole
+            else range_chunks(self._locations[root], path, url, first, end, self._counts)
+        )
         found: dict[tuple[int, int], Any] = {}
-
-        async def read(group: list[Ref]) -> None:
-            shard, first, end = group[0][0], group[0][2], group[-1][3]
-            url = redact_url(self.urls[shard])
-            root, path = self._paths[shard]
-            whole = self._compressions[shard] != "none"
-            chunks = (
-                self._whole_shard(shard)
-                if whole
-                else range_chunks(self._locations[root], path, url, first, end, self._counts)
-            )
-            async with (
-                aclosing(chunks),
-                aclosing(iter_tar_spans(chunks, url, start=0 if whole else first)) as members,
-                aclosing(group_spans(members, url)) as grouped,
-            ):
-                wanted = iter(group)
-                ref = next(wanted, None)
-                async for sample, begin, _, _ in grouped:
-                    if whole and ref is not None and begin < ref[2]:
-                        continue  # a compressed shard's samples before the next one wanted
-                    if ref is None or ref[2] != begin or ref[4] != sample["__key__"]:
-                        raise ShardStateError(
-                            f"shard stream state: {url} has sample {sample['__key__']!r} at "
-                            f"byte {begin}, the state expects {ref!r}: was the shard rewritten?"
-                        )
-                    found[ref[0], ref[1]] = sample
-                    ref = next(wanted, None)
-                    if ref is None:
-                        break
-                if ref is not None:
+        async with (
+            aclosing(chunks),
+            aclosing(iter_tar_spans(chunks, url, start=0 if whole else first)) as members,
+            aclosing(group_spans(members, url)) as grouped,
+        ):
+            wanted = iter(group)
+            ref = next(wanted, None)
+            async for sample, begin, _, _ in grouped:
+                if whole and ref is not None and begin < ref[2]:
+                    continue  # a compressed shard's samples before the next one wanted
+                if ref is None or ref[2] != begin or ref[4] != sample["__key__"]:
                     raise ShardStateError(
-                        f"shard stream state: {url} ends before the samples the state names"
+                        f"shard stream state: {url} has sample {sample['__key__']!r} at "
+                        f"byte {begin}, the state expects {ref!r}: was the shard rewritten?"
                     )
-
-        await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY)
-        return [found[ref[0], ref[1]] for ref in refs]
+                found[ref[0], ref[1]] = sample
+                ref = next(wanted, None)
+                if ref is None:
+                    return found
+        raise ShardStateError(f"shard stream state: {url} ends before the samples the state names")
 
     def _whole_shard(self, number: int) -> AsyncGenerator[bytes, None]:
         """The tar of shard ``number``, decompressed if it is compressed: from the local
@@ -913,134 +805,7 @@ class ShardDataset(IterableDataset[Any]):
         """
         if self.resampled:
             return {"format": "aioload.shard-stream", "resampled": True}
-        if self._live is None:
-            return None if self._resume is None else self._resume.to_json(len(self.urls))
-        stream, layout = self._live
-        state = stream.state()
-        state.epoch, state.layout = self.epoch, layout
-        return state.to_json(len(self.urls))
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration continue the stream ``state`` describes.
-
-        Its epoch replaces :meth:`set_epoch`'s for that iteration. Taken with the same
-        split (rank, world size, worker, workers, buffer, shards in flight), the stream
-        continues exactly: the same samples in the same order, the shuffle buffer's
-        samples re-read with range requests, a partly read shard read from the byte its
-        next sample starts at. Otherwise what is left is re-split (see
-        :meth:`resume_streams`).
-
-        Raises:
-            ShardStateError: a malformed state, one of other shards, or of a resampled
-                dataset (an endless draw does not resume: start a new epoch).
-        """
-        self._refuse_resampled([state])
-        checked = check_state(state, shards=len(self.urls))
-        self._resume = checked
-        self.epoch = checked.epoch
-
-    def resume_streams(
-        self, states: Sequence[Any], num_workers: int, batch_size: int | None
-    ) -> list[Any]:
-        """The states a resumed epoch gives each of ``num_workers`` workers (one, with 0).
-
-        The loader's hook for an elastic resume (see :mod:`aioload.checkpoint`):
-        ``states`` are the stream states a checkpoint recorded, one per worker (None:
-        a worker that had delivered nothing) — of one rank, or of every rank
-        (:meth:`merge_states`). Where they are this loader's split, they are returned
-        as they are and the epoch continues exactly. Otherwise every sample they have
-        left is re-split, in the epoch's shard order, over this rank's workers
-        (:func:`~aioload.sources.shard_state.resplit`): each comes once, with a fresh
-        shuffle buffer.
-
-        Raises:
-            ShardStateError: a malformed state, or one of other shards.
-        """
-        self._refuse_resampled(states)
-        shards = len(self.urls)
-
-        def layout_of(worker: int, workers: int) -> dict[str, Any]:
-            return self._layout(self.rank, self.world_size, worker, workers, batch_size)
-
-        def fresh(epoch: int, worker: int, workers: int) -> StreamState:
-            plan = self._plan(epoch, self.rank, self.world_size, worker, workers, batch_size)
-            return StreamState(epoch, {}, plan)
-
-        def resplit_for(filled: list[StreamState], worker: int, workers: int) -> Any:
-            runs = self._resplit(filled, worker, workers, batch_size)
-            return StreamState(filled[0].epoch, layout_of(worker, workers), runs).to_json(shards)
-
-        return resume_streams(
-            states,
-            num_workers,
-            functools.partial(check_state, shards=shards),
-            layout_of,
-            fresh,
-            resplit_for,
-        )
-
-    def merge_states(self, loader_states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """One loader state from every rank's :meth:`DataLoader.state_dict()
-        <aioload.DataLoader.state_dict>`, in rank order, for a job of another size.
-
-        Every rank of the new job loads the result (``loader.load_state_dict(merged)``)
-        and takes its share of what was left (see :meth:`resume_streams`): each
-        remaining sample comes once across the new ranks. Its ``"batches"`` is the
-        fewest any rank had received.
-
-        Example::
-
-            states = [json.load(open(f"ckpt-rank{r}.json")) for r in range(2)]
-            merged = dataset.merge_states(states)     # on each of 3 new ranks
-            loader.load_state_dict(merged)
-        """
-        if not loader_states:
-            raise ValueError("merge_states needs every rank's loader state; got none")
-        first = dict(loader_states[0])
-        if not all(isinstance(s, Mapping) and s.get("in_progress") for s in loader_states):
-            return first  # between epochs, or not started: nothing to merge
-        world_size = len(loader_states)
-        recorded: list[tuple[int, int, int, int | None, Any]] = []
-        for rank, state in enumerate(loader_states):
-            fits = state.get("fits")
-            if not isinstance(fits, Mapping):
-                raise ValueError(f"rank {rank}'s loader state has no 'fits': not a state_dict()")
-            num_workers, batch_size = fits.get("num_workers") or 0, fits.get("batch_size")
-            dataset = state.get("dataset")
-            streams = (
-                dataset.get("workers")
-                if num_workers and isinstance(dataset, Mapping)
-                else [dataset]
-            )
-            if not isinstance(streams, list):
-                raise ValueError(f"rank {rank}'s loader state has no stream state per worker")
-            for worker, stream in enumerate(streams):
-                recorded.append((rank, worker, max(num_workers, 1), batch_size, stream))
-        known = [
-            check_state(stream, shards=len(self.urls))
-            for *_, stream in recorded
-            if stream is not None
-        ]
-        streams_out: list[Any] = []
-        for rank, worker, num_workers, batch_size, stream in recorded:
-            if stream is None and known:
-                # A worker that had delivered nothing: its whole share is left.
-                epoch = known[0].epoch
-                runs = self._plan(epoch, rank, world_size, worker, num_workers, batch_size)
-                layout = self._layout(rank, world_size, worker, num_workers, batch_size)
-                stream = StreamState(epoch, layout, runs).to_json(len(self.urls))
-            streams_out.append(stream)
-        merged = copy.deepcopy(first)
-        merged["dataset"] = {"workers": streams_out, "next_worker": 0}
-        length = len(self) if self.split == "samples" else None  # this rank's share now
-        merged["fits"] = {
-            **first["fits"],
-            "num_workers": len(streams_out),
-            "dataset_length": length,
-        }
-        merged["batches"] = min(int(state.get("batches", 0)) for state in loader_states)
-        merged["received"] = []
-        return merged
+        return super().state_dict()
 
     def _refuse_resampled(self, states: Sequence[Any]) -> None:
         resampled = any(isinstance(s, Mapping) and s.get("resampled") for s in states)
@@ -1049,10 +814,6 @@ class ShardDataset(IterableDataset[Any]):
                 "shard stream state: a resampled ShardDataset draws shards endlessly and "
                 "does not resume mid-epoch; start a new epoch (set_epoch) instead"
             )
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The stream being read (tasks, open reads) stays in the process that reads it.
-        return {**self.__dict__, "_live": None}
 
     def __repr__(self) -> str:
         return f"ShardDataset({len(self.urls)} shards, e.g. {redact_url(self.urls[0])!r})"

@@ -392,7 +392,9 @@ def test_multiprocessing_context_still_overrides(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[1::2] == ["not forked", "not forked"]
 
 
-def test_another_thread_does_not_change_the_start_method() -> None:
+def test_another_thread_does_not_change_the_start_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Earlier tests of this process may have started obstore's runtime: that is not under test.
+    monkeypatch.setattr(start_method, "named_native_threads", lambda: [])
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, name="other")
     thread.start()
@@ -593,8 +595,10 @@ def test_cuda_alone_forks_as_torch_does(
     monkeypatch: pytest.MonkeyPatch, own_template: None
 ) -> None:
     monkeypatch.setitem(sys.modules, "torch", _FakeTorch(initialised=True))
+    # Earlier tests of this process may have started obstore's runtime: CUDA alone is tested.
+    monkeypatch.setattr(start_method, "named_native_threads", lambda: [])
     assert start_method.cuda_initialised()
-    assert start_method.runtimes_in_the_way()[-1] == start_method.CUDA
+    assert start_method.runtimes_in_the_way() == [start_method.CUDA]
     start = worker_start(None)
     # No template made before CUDA started: forked all the same, as torch does.
     assert start.method == "fork" and not start.fallback

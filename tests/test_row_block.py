@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aioload.collate import default_collate
@@ -127,8 +127,11 @@ def check_arrow_contract(block: ArrowRows) -> Any:
         return None
     assert_same(ours[1], theirs[1])
     rows = collated_or_error(default_collate, block.rows())
-    if rows[0] == "ok":
-        assert_same(ours[1], rows[1])  # where the rows collate, the same batch exactly
+    nulls = any(holds_none(value) for row in block.rows() for value in row.values())
+    if rows[0] == "ok" and not nulls:
+        # Where the rows collate, the same batch exactly; a column holding None is the stated
+        # exception (its list of values, whatever row comes first), checked by rows_batch.
+        assert_same(ours[1], rows[1])
     return ours[1]
 
 
@@ -157,6 +160,7 @@ def test_an_abstract_block_cannot_be_made() -> None:
 
 # -- ArrowRows over generated tables -------------------------------------------------------
 
+STRUCT_FIELDS = [("a", pa.int64()), ("b", pa.string())]
 INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32()]
 INTS += [pa.uint64()]
 FLOATS = [pa.float16(), pa.float32(), pa.float64()]
@@ -224,7 +228,7 @@ def columns(draw: st.DrawFn, rows: int) -> pa.Array:
         if kind == "large":
             return pa.array(values, pa.large_list(inner))
         return pa.array(values, pa.list_(inner))
-    struct = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    struct = pa.struct(STRUCT_FIELDS)
     entry = st.fixed_dictionaries(
         {"a": maybe_null(st.integers(-5, 5)), "b": maybe_null(st.text(max_size=3))}
     )
@@ -249,6 +253,9 @@ def tables(draw: st.DrawFn) -> pa.Table:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
+@example(  # a null inside a struct, not in its first row: the rows collate, the block lists
+    pa.table({"c0": pa.array([{"a": 1, "b": ""}, {"a": 2, "b": None}], pa.struct(STRUCT_FIELDS))})
+)
 def test_arrow_rows_collate_like_their_rows(table: pa.Table) -> None:
     block = ArrowRows(table)
     assert len(block) == table.num_rows

@@ -359,20 +359,24 @@ class Resources:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def fork_server_running() -> None:
+def fork_server_running() -> Iterator[None]:
     """Starts the fork server, the resource tracker and a fork template first: they are not an
     iteration's leftovers.
 
-    They live as long as this process, and each holds a pipe here: started by the first
-    test that needs one (``spawn`` starts the tracker, ``forkserver`` both), they would count
-    as that test's leak. Whatever start method the loader's default picks, all run before
-    any test takes its baseline, so the file passes alone and in any order.
+    The fork server and the tracker live as long as this process, and each holds a pipe here:
+    started by the first test that needs one (``spawn`` starts the tracker, ``forkserver``
+    both), they would count as that test's leak. Whatever start method the loader's default
+    picks, all run before any test takes its baseline, so the file passes alone and in any
+    order. The template is this file's own, stopped at its end: earlier tests of the process
+    may have started obstore's runtime, which a template forked now would carry broken into
+    every worker of a later test that reads a store (this file's datasets never do).
     """
     resource_tracker.ensure_running()
     warm_forkserver(multiprocessing.get_context("forkserver"))
     assert len(list(DataLoader(Pids(2), num_workers=1))) == 2
-    if fork_template.current() is None:
-        fork_template.replace()
+    made = fork_template.replace()  # the process's template, if any, retires
+    yield
+    made.close()  # current() no longer offers it: later loaders fork their own when safe
 
 
 def context_of(method: str | None) -> Any:

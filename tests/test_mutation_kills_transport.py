@@ -141,6 +141,24 @@ def test_arrays_collated_into_the_arena_are_not_copied_again() -> None:
     reader.close()
 
 
+def test_a_result_written_in_its_arena_keeps_the_segment_while_it_lives() -> None:
+    writer, reader = SegmentWriter(), SegmentReader(keep_free=2)
+
+    def collated(value: int) -> Any:
+        arena = writer.arena()
+        batch = arena.allocate((1000,), np.dtype(np.int64))
+        assert batch is not None
+        batch[...] = value
+        return read(reader, writer.write(batch, arena))
+
+    first = collated(1)
+    second = collated(2)  # must not be written over the first, which is still alive
+    assert int(first.min()) == int(first.max()) == 1
+    assert int(second.min()) == 2
+    del first, second
+    reader.close()
+
+
 def test_an_arena_allocates_distinct_aligned_arrays_until_it_is_full() -> None:
     writer = SegmentWriter()
     arena = writer.arena()
@@ -198,9 +216,13 @@ def test_tensors_cross_as_views_of_the_segment() -> None:
     torch = pytest.importorskip("torch")
     writer, reader = SegmentWriter(), SegmentReader(keep_free=2)
     tensor = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    got = read(reader, writer.write({"t": tensor, "strided": tensor[:, ::2]}))
+    big = torch.ones(256, 1024)
+    written = writer.write({"t": tensor, "strided": tensor[:, ::2], "big": big})
+    # The tensors' data went out of band, ahead of the pickle (not inside it).
+    assert written.layout_at >= big.numel() * big.element_size()
+    got = read(reader, written)
     assert type(got["t"]) is torch.Tensor and torch.equal(got["t"], tensor)
-    assert torch.equal(got["strided"], tensor[:, ::2])
+    assert torch.equal(got["strided"], tensor[:, ::2]) and torch.equal(got["big"], big)
     del got
     reader.close()
 

@@ -104,6 +104,7 @@ MODULES: dict[str, Module] = {
             "tests/test_checkpoint_fit.py",
             "tests/test_mutation_kills_checkpoint.py",
         ),
+        marker="",  # a torch test is slow; the others are not marked
     ),
     "scheduler": Module(
         "aioload/scheduler.py",
@@ -204,7 +205,7 @@ def meta_of(scratch: Path, module: Module) -> dict[str, Any]:
     return meta
 
 
-def mutmut(scratch: Path) -> list[str]:
+def mutmut() -> list[str]:
     # The venv's console script: ``python -m mutmut`` imports mutmut's main module twice.
     return [str(Path(sys.executable).parent / "mutmut")]
 
@@ -214,7 +215,7 @@ def generate_mutants(scratch: Path, log: Path) -> None:
     # A run with a pattern that matches no mutant generates the mutants and collects the
     # stats, then stops on that pattern: the mutants are then known by name.
     run(
-        [*mutmut(scratch), "run", "--max-children", "1", "__list_only__"],
+        [*mutmut(), "run", "--max-children", "1", "__list_only__"],
         scratch,
         mutmut_env(scratch),
         log,
@@ -403,7 +404,7 @@ def run_module(name: str, args: argparse.Namespace, results: dict[str, Any], bas
             if len(wanted) < len(mutants) - messages
             else None
         )
-    code = run([*mutmut(scratch), "run", "--max-children", "1", *wanted], scratch, env, log)
+    code = run([*mutmut(), "run", "--max-children", "1", *wanted], scratch, env, log)
     meta = meta_of(scratch, module)
     statuses = status_names()
     checked = 0
@@ -508,9 +509,15 @@ def md_code(text: str) -> str:
 
 
 def mutation_text(entry: dict[str, Any]) -> str:
-    """The mutant's changed lines as ``old`` → ``new``."""
+    """The mutant's changed lines as ``old`` → ``new`` (of a signature, the changed parameter)."""
     old = " ".join(entry.get("removed", [])) or "(nothing)"
     new = " ".join(entry.get("added", [])) or "(nothing)"
+    if old.startswith("def ") and new.startswith("def "):
+        before, after = old.split(", "), new.split(", ")
+        if len(before) == len(after):
+            changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+            old = ", ".join(a for a, _ in changed).removeprefix("def ").rstrip(")")
+            new = ", ".join(b for _, b in changed).removeprefix("def ").rstrip(")")
     return f"{md_code(old)} → {md_code(new)}"
 
 
@@ -546,6 +553,10 @@ run; the others are run all, or sampled (`--sample N`: the same N for the same s
 module and code). The sample is small because the run shares two cores with other
 work: a surviving mutant costs a full run of its tests, several seconds to a minute.
 
+The first run had the project's tests only; the tests that kill its survivors were
+written after it, in `tests/test_mutation_kills_<module>.py` (each module's section lists
+them first), and the mutants were run again with them (`--again`).
+
 Only calls made in the test process count when mutmut maps tests to the functions they
 reach, so a function that runs only in worker processes has *no tests* unless an
 in-process test calls it too; a *timeout* (the tests ran past the per-mutant limit, a
@@ -571,6 +582,7 @@ def resolution(name: str, mutant: str, entry: dict[str, Any]) -> tuple[str, str]
 
 
 def report(results: dict[str, Any]) -> str:
+    totals = [0] * 9
     out = [
         INTRO,
         "## Summary",
@@ -612,6 +624,18 @@ def report(results: dict[str, Any]) -> str:
         sampled = stored.get("sampled")
         run_text = f"{len(mutants)}" + (f" (sample of {sampled['of']})" if sampled else "")
         messages = stored.get("message_only", 0)
+        row = [
+            stored.get("generated", len(mutants)),
+            len(mutants),
+            first["killed"],
+            first["timeout"],
+            first["survived"],
+            first["no tests"],
+            resolved["killed"],
+            resolved["equivalent"] + resolved["explained"],
+            resolved["open"],
+        ]
+        totals = [t + r for t, r in zip(totals, row, strict=True)]
         out.append(
             f"| `{stored['path']}` | {stored.get('generated', len(mutants))}"
             + (f" ({messages} messages)" if messages else "")
@@ -624,6 +648,7 @@ def report(results: dict[str, Any]) -> str:
         runs = ", ".join(
             f"{r['date']}: {r['mutants']} mutants in {r['seconds']} s"
             + (f" (again: {', '.join(r['again'])})" if r.get("again") else "")
+            + (" (mutmut stopped, see below)" if r["mutmut_exit"] and not r["mutants"] else "")
             for r in stored.get("runs", [])
         )
         sections += [
@@ -636,6 +661,13 @@ def report(results: dict[str, Any]) -> str:
             + f". Runs: {runs}.",
             "",
         ]
+        if any(r["mutmut_exit"] and not r["mutants"] for r in stored.get("runs", [])):
+            sections += [
+                "A run stopped before any mutant: a test failed in mutmut's stats run (the",
+                "focused tests under its trampolines, no mutant active), which mutmut does",
+                "not name; run alone, the same tests passed, and the next run went through.",
+                "",
+            ]
         if not rows:
             sections.append("Every mutant run was killed.")
             continue
@@ -644,6 +676,10 @@ def report(results: dict[str, Any]) -> str:
             "| --- | --- | --- | --- | --- |",
             *rows,
         ]
+    out.append(
+        f"| all | {totals[0]} | {totals[1]} | {totals[2]} / {totals[3]} / {totals[4]} / "
+        f"{totals[5]} | {totals[6]} / {totals[7]} / {totals[8]} |"
+    )
     return "\n".join(out + sections) + "\n"
 
 

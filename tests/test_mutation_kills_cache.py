@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from aioload.source_stats import SourceCounter
-from aioload.sources.cache import LocalCache, entry_identity
+from aioload.sources.cache import LocalCache
 from aioload.sources.cache_folder import CacheFolder
 
 DATA = bytes(range(256)) * 40  # 10 KiB
@@ -29,15 +29,6 @@ class Store:
 
     def __init__(self, config: Any) -> None:
         self.config = config
-
-
-def test_the_same_url_in_two_stores_is_two_entries() -> None:
-    url = "s3://bucket/shard-0.tar"
-    one = entry_identity(url, Store({"endpoint": "http://127.0.0.1:9000"}))
-    two = entry_identity(url, Store({"endpoint": "http://127.0.0.1:9001"}))
-    assert one == f"{url} @ http://127.0.0.1:9000" and one != two
-    # No endpoint (the store's default, or a store without a config): the URL alone.
-    assert entry_identity(url, Store({})) == entry_identity(url, object()) == url
 
 
 class Remote:

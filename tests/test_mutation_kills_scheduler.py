@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import wait_until
 
 import aioload
 from aioload import DataLoader, TooManySkippedError
 from aioload.scheduler import Window
+from tests.conftest import wait_until
 
 N = 20
 

@@ -44,7 +44,7 @@ from aioload.sources.shard_index import ShardIndexError
 from aioload.sources.shard_indexes import in_order, put_index, read_index_file
 from aioload.sources.shards import expand_urls, tar_compression
 from aioload.sources.store_reads import open_read
-from aioload.sources.stores import StoreLocation, raise_translated
+from aioload.sources.stores import StoreLocation, StoreLocations, raise_translated
 from aioload.sources.tar_scan import scan_tar
 from aioload.urls import redact_url
 
@@ -77,22 +77,6 @@ class IndexOutcome:
     error: Exception | None = None
 
 
-class _Stores:
-    """One :class:`StoreLocation` per store root (scheme and bucket or host)."""
-
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        self._options = dict(options)
-        self._locations: dict[str, StoreLocation] = {}
-
-    def of(self, url: str) -> tuple[StoreLocation, str]:
-        parts = urlsplit(url)
-        root = f"{parts.scheme}://{parts.netloc}/"
-        location = self._locations.get(root)
-        if location is None:
-            location = self._locations[root] = StoreLocation(root, self._options)
-        return location, parts.path.lstrip("/")
-
-
 async def shard_urls(
     urls: Sequence[str], store_options: Mapping[str, Any] | None = None
 ) -> list[str]:
@@ -104,7 +88,7 @@ async def shard_urls(
             be read by byte range), or an unmatched brace.
         FileNotFoundError: a prefix with no ``.tar`` object under it.
     """
-    stores = _Stores(store_options or {})
+    stores = StoreLocations(store_options or {})
     found: list[str] = []
     for url in urls:
         if not url.endswith("/"):
@@ -155,7 +139,7 @@ async def index_shards(
     """
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise ValueError(f"concurrency should be an int >= 1; got {concurrency!r}")
-    stores = _Stores(store_options or {})
+    stores = StoreLocations(store_options or {})
 
     async def one(url: str) -> IndexOutcome:
         outcome = await _index_one(stores, url, overwrite)
@@ -167,7 +151,7 @@ async def index_shards(
     return await in_order([functools.partial(one, url) for url in urls], concurrency)
 
 
-async def _index_one(stores: _Stores, url: str, overwrite: bool) -> IndexOutcome:
+async def _index_one(stores: StoreLocations, url: str, overwrite: bool) -> IndexOutcome:
     location, path = stores.of(url)
     shown = redact_url(url)
     stale = False

@@ -40,7 +40,6 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -63,7 +62,7 @@ from aioload.sources.parquet_read import (
 from aioload.sources.shard_indexes import INDEX_CONCURRENCY, in_order, run_blocking
 from aioload.sources.shards import expand_urls
 from aioload.sources.store_reads import read_bytes
-from aioload.sources.stores import StoreLocation
+from aioload.sources.stores import StoreLocations
 from aioload.urls import redact_url
 
 __all__ = ["PARQUET_SUFFIXES", "ParquetFiles", "check_columns"]
@@ -116,20 +115,19 @@ class ParquetFiles:
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
-        self._options = dict(store_options)
         self.counts = SourceCounter()  # bytes from the store, cache hits: counted where read
-        self._locations: dict[str, StoreLocation] = {}
+        self._locations = StoreLocations(store_options)
         self.prefix: str | None = None
         self._urls: list[str] | None = None
         if isinstance(urls_or_prefix, str) and urls_or_prefix.endswith("/"):
             self.prefix = urls_or_prefix
-            self._location_of(urls_or_prefix)  # a bad URL or option fails now
+            self._locations.of(urls_or_prefix)  # a bad URL or option fails now
         else:
             urls = expand_urls(urls_or_prefix)
             if not urls:
                 raise ValueError("a Parquet dataset needs at least one file URL (or a prefix/)")
             for url in urls:
-                self._location_of(url)
+                self._locations.of(url)
             self._urls = urls
         self.skip_unreadable = skip_unreadable
         # File number -> why its footer cannot be read (with skip_unreadable): no units.
@@ -142,14 +140,6 @@ class ParquetFiles:
         self.unit_rows = np.zeros(0, dtype=np.int64)
         self.unit_starts = np.zeros(1, dtype=np.int64)  # a unit's first global row; then total
         self.unit_bytes: list[int] = []  # the column-chunk bytes of the columns read, per unit
-
-    def _location_of(self, url: str) -> tuple[StoreLocation, str]:
-        parts = urlsplit(url)
-        root = f"{parts.scheme}://{parts.netloc}/"
-        location = self._locations.get(root)
-        if location is None:
-            location = self._locations[root] = StoreLocation(root, self._options)
-        return location, parts.path.lstrip("/")
 
     @property
     def urls(self) -> list[str]:
@@ -226,7 +216,7 @@ class ParquetFiles:
 
     async def _list(self) -> list[str]:
         assert self.prefix is not None
-        location, path = self._location_of(self.prefix)
+        location, path = self._locations.of(self.prefix)
         keys = await ObjectListing(location, path, 1000).collect()
         root = self.prefix[: len(self.prefix) - len(path)] if path else self.prefix
         urls = sorted(root + key for key in keys if key.lower().endswith(PARQUET_SUFFIXES))
@@ -332,7 +322,7 @@ class ParquetFiles:
         if cache is None:
             return await fetch_coalesced(chunks, functools.partial(self._read_from_store, file))
         url = self.urls[file]
-        location, path = self._location_of(url)
+        location, path = self._locations.of(url)
         identity = entry_identity(redact_url(url), location)
         name = path.rpartition("/")[2]
         entries = [(f"{identity} [chunk {a}:{b}]", f"{name}.{a}-{b}") for a, b in chunks]
@@ -347,7 +337,7 @@ class ParquetFiles:
 
     async def _read_from_store(self, file: int, first: int, end: int) -> bytes:
         """Bytes ``first`` to ``end - 1`` of file ``file``, from the store (never the cache)."""
-        location, path = self._location_of(self.urls[file])
+        location, path = self._locations.of(self.urls[file])
         shown = redact_url(self.urls[file])
         _, data = await read_bytes(location, path, shown, self.counts, (first, end))
         return data
@@ -355,7 +345,7 @@ class ParquetFiles:
     async def _read_bytes(self, file: int, byte_range: int | tuple[int, int]) -> tuple[int, bytes]:
         counts = self.counts
         url = self.urls[file]
-        location, path = self._location_of(url)
+        location, path = self._locations.of(url)
         shown = redact_url(url)
         cache = self.cache
         if cache is None:

@@ -71,6 +71,7 @@ from aioload.urls import redact_url
 __all__ = [
     "DEFAULT_RETRY_CONFIG",
     "StoreLocation",
+    "StoreLocations",
     "is_transient",
     "join_key",
     "open_store",
@@ -358,6 +359,31 @@ class StoreLocation:
         if self.url is not None:
             state["_store"] = None  # every process builds its own client
         return state
+
+
+class StoreLocations:
+    """One :class:`StoreLocation` per store root (scheme and bucket or host), made on first
+    use, for a dataset whose URLs may name several stores.
+
+    Example:
+        >>> locations = StoreLocations({})
+        >>> location, key = locations.of("file:///tmp/train/shard-0.tar")
+        >>> key, locations.of("file:///tmp/val.tar")[0] is location
+        ('tmp/train/shard-0.tar', True)
+    """
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self._options = dict(options)
+        self._locations: dict[str, StoreLocation] = {}
+
+    def of(self, url: str) -> tuple[StoreLocation, str]:
+        """The location of ``url``'s store root, and ``url``'s key in it."""
+        parts = urlsplit(url)
+        root = f"{parts.scheme}://{parts.netloc}/"
+        location = self._locations.get(root)
+        if location is None:
+            location = self._locations[root] = StoreLocation(root, self._options)
+        return location, parts.path.lstrip("/")
 
 
 def _check_store(store: Any) -> None:

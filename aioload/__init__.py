@@ -11,8 +11,8 @@ Example::
         ...
 """
 
-from aioload.collate import collate, default_collate, default_collate_fn_map, default_convert
-from aioload.datasets import (
+from aioload.collate.core import collate, default_collate, default_collate_fn_map, default_convert
+from aioload.data.datasets import (
     ArrayDataset,
     ChainDataset,
     ConcatDataset,
@@ -23,6 +23,8 @@ from aioload.datasets import (
     TensorDataset,
     random_split,
 )
+from aioload.data.row_block import RowBlock
+from aioload.data.shared_list import SharedList
 from aioload.errors import (
     DatasetKindError,
     ItemTimeoutError,
@@ -31,13 +33,12 @@ from aioload.errors import (
     WorkerCrashedError,
     WorkerError,
 )
-from aioload.fetch import DatasetProtocol, inspect_dataset
+from aioload.faults.guard import StreamGuard
+from aioload.faults.policy import FaultPolicy, RetryPolicy, SkippedItem
 from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, DataLoader
-from aioload.policy import FaultPolicy, RetryPolicy, SkippedItem
-from aioload.progressbar import progress
 from aioload.ranks import rank_and_world_size, split_by_rank_and_worker
-from aioload.row_block import RowBlock
-from aioload.samplers import (
+from aioload.read.fetch import DatasetProtocol, inspect_dataset
+from aioload.samplers.builtin import (
     BatchSampler,
     DistributedSampler,
     RandomSampler,
@@ -47,9 +48,8 @@ from aioload.samplers import (
     WeightedRandomSampler,
     is_async_sampler,
 )
-from aioload.shared_list import SharedList
-from aioload.stats import IterationStats, LoaderStats
-from aioload.stream_faults import StreamGuard
+from aioload.stats.progress import progress
+from aioload.stats.recorder import IterationStats, LoaderStats
 from aioload.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [

@@ -19,7 +19,7 @@ aioload never depends on torch; these functions import it when called.
 With worker processes a ``collate_fn`` runs inside each worker, so
 :func:`torch_collate` there imports torch in every worker; it collates into the
 shared memory the batch travels in, and the tensors cross as numpy views of
-it (see :mod:`aioload.transport`), so they arrive as views of shared memory,
+it (see :mod:`aioload.memory.segments`), so they arrive as views of shared memory,
 not pickled copies. Keeping the default ``collate_fn`` and converting in the
 consumer (``to_torch(batch)``) costs the same and keeps torch out of the workers.
 """
@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from aioload.collate import default_collate, default_convert, rebuild_mapping, rebuild_sequence
+from aioload.collate.core import default_collate, default_convert, rebuild_mapping, rebuild_sequence
 
 __all__ = ["to_torch", "torch_collate", "torch_convert"]
 

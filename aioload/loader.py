@@ -1,10 +1,10 @@
 """DataLoader: torch's arguments and semantics, iterated with ``async for`` or ``for``.
 
 The public class and nothing more: its arguments (checked by
-:mod:`aioload.arguments`), ``len``, ``__iter__``/``__aiter__``, ``close``. An
+:mod:`aioload.pipeline.arguments`), ``len``, ``__iter__``/``__aiter__``, ``close``. An
 epoch is assembled from the loader's samplers, a backend built by
 :class:`~aioload.backends.factory.Backends` and the checkpoint record of
-:class:`~aioload.checkpoint.Checkpoints`.
+:class:`~aioload.pipeline.checkpoint.Checkpoints`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar
 
-from aioload.arguments import (
+from aioload.backends.factory import Backends
+from aioload.backends.processes.main_module import check_script_for_workers
+from aioload.collate.core import default_collate, default_convert
+from aioload.faults.policy import RetryPolicy, SkipLog, SkippedItem
+from aioload.pipeline.arguments import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_WORKER_RESTARTS,
     check_arguments,
@@ -23,26 +27,22 @@ from aioload.arguments import (
     warn_excessive_workers,
     window_size,
 )
-from aioload.backends.factory import Backends
-from aioload.backends.reader import WorkerSetup
-from aioload.checkpoint import Checkpoints
-from aioload.collate import default_collate, default_convert
-from aioload.dataset_sampler import unsized_message
-from aioload.handoff import LoopOutput, ThreadOutput
-from aioload.iteration import (
+from aioload.pipeline.checkpoint import Checkpoints
+from aioload.pipeline.handoff import LoopOutput, ThreadOutput
+from aioload.pipeline.iteration import (
     AsyncBatchIterator,
     EpochFactory,
     ReportedLength,
     SyncBatchIterator,
 )
-from aioload.main_module import check_script_for_workers
-from aioload.notebook import check_workers_can_import, is_ipython_loop
-from aioload.pin_stage import Pinner
-from aioload.policy import RetryPolicy, SkipLog, SkippedItem
+from aioload.pipeline.notebook import check_workers_can_import, is_ipython_loop
+from aioload.pipeline.pin_stage import Pinner
+from aioload.pipeline.scheduler import Epoch
 from aioload.ranks import ranks_for_workers
-from aioload.samplers import GeneratorLike
-from aioload.scheduler import Epoch
-from aioload.stats import LoaderStats, StatsRecorder
+from aioload.read.reader import WorkerSetup
+from aioload.samplers.builtin import GeneratorLike
+from aioload.samplers.offered import unsized_message
+from aioload.stats.recorder import LoaderStats, StatsRecorder
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_WORKER_RESTARTS", "DataLoader"]
 
@@ -93,7 +93,7 @@ class DataLoader(Generic[T_co]):
             dataset's own ``default_sampler(shuffle, generator)`` where it has one
             (a dataset that lists its keys as it goes, such as
             :class:`~aioload.sources.ObjectDataset` without ``keys``; see
-            :mod:`aioload.dataset_sampler`), else from a ``SequentialSampler``, or a
+            :mod:`aioload.samplers.offered`), else from a ``SequentialSampler``, or a
             ``RandomSampler`` with ``shuffle``.
         batch_sampler: a sampler of lists of keys; excludes ``batch_size``,
             ``shuffle``, ``sampler`` and ``drop_last``.
@@ -111,7 +111,7 @@ class DataLoader(Generic[T_co]):
             thread, before returning it: torch's pinned memory where torch is
             imported and its accelerator available (numpy arrays stay numpy
             arrays, and CUDA copies from them asynchronously), ``mlock``-ed
-            buffers otherwise (see :mod:`aioload.pinning`).
+            buffers otherwise (see :mod:`aioload.memory.pinned`).
         drop_last: drop the last incomplete batch.
         timeout: seconds to wait for the next batch before raising
             :class:`~aioload.LoaderTimeoutError` (0: wait forever).
@@ -128,7 +128,7 @@ class DataLoader(Generic[T_co]):
             or CUDA's runtime runs in the process, a fork of it would not work:
             workers then come from aioload's fork template, forked before that
             runtime started. The rule, and when the dataset must be picklable
-            and the script guarded: :mod:`aioload.backends.start_method`.
+            and the script guarded: :mod:`aioload.backends.processes.start_method`.
         generator: what the epoch's base seed and the shuffle (``shuffle=True``)
             are drawn from: a ``numpy.random.Generator``, an int seed, or a
             ``torch.Generator`` (torch's own draw of the base seed from it every
@@ -146,7 +146,7 @@ class DataLoader(Generic[T_co]):
             async dataset (for a ``thread_safe`` sync one, its 8 threads' worth;
             else 16: a stream or a sync dataset reads one batch at a time) —
             and held to 256 MiB of batches
-            (:data:`~aioload.arguments.DEFAULT_WINDOW_BYTES`): the epoch starts
+            (:data:`~aioload.pipeline.arguments.DEFAULT_WINDOW_BYTES`): the epoch starts
             with 4 batches in flight and sizes the window as it measures them.
             An explicit ``prefetch_factor`` is taken as it is.
         persistent_workers: keep the worker processes (and their dataset
@@ -215,7 +215,7 @@ class DataLoader(Generic[T_co]):
     The fault policy (``retry``, ``item_timeout``, ``on_error``) applies to
     map-style datasets, and (but for ``item_timeout``) to the iterable
     datasets that can skip a sample without ending their stream, through a
-    ``guarded_stream`` method (:mod:`aioload.stream_faults`; ``ShardDataset``
+    ``guarded_stream`` method (:mod:`aioload.faults.guard`; ``ShardDataset``
     and ``MixDataset`` have one); it runs where items are read, inside the
     workers when ``num_workers > 0``.
 
@@ -461,7 +461,7 @@ class DataLoader(Generic[T_co]):
         the in-flight figures are those of the moment. The one figure that
         says whether training is data-bound: ``stats().epoch.stall_fraction``,
         the share of the iteration the consumer spent waiting for a batch.
-        See :class:`~aioload.stats.LoaderStats` for every field.
+        See :class:`~aioload.stats.recorder.LoaderStats` for every field.
 
         Example::
 
@@ -485,7 +485,7 @@ class DataLoader(Generic[T_co]):
             pass
         else:
             # A notebook cell runs on the kernel's running loop: blocking it for the
-            # cell is what the user asks for there (see aioload.notebook).
+            # cell is what the user asks for there (see aioload.pipeline.notebook).
             if not is_ipython_loop(loop):
                 raise RuntimeError(
                     "a DataLoader cannot be iterated with a plain `for` inside a running event "
@@ -534,7 +534,7 @@ class DataLoader(Generic[T_co]):
     def _warn_if_tensors_cannot_pin(self) -> None:
         # Called by __iter__/__aiter__: the warning points at the line that iterates.
         if self.pin_memory:
-            from aioload.pinning import warn_if_tensors_cannot_pin
+            from aioload.memory.pinned import warn_if_tensors_cannot_pin
 
             warn_if_tensors_cannot_pin(self.pin_memory_device, stacklevel=3)
 
@@ -543,7 +543,7 @@ class DataLoader(Generic[T_co]):
 
         Called in the thread that iterates, before aioload starts a thread for
         the epoch, so that the epoch's workers can be forked (see
-        :mod:`aioload.backends.start_method`). An error is raised where the
+        :mod:`aioload.backends.processes.start_method`). An error is raised where the
         epoch would have been made, as if it had happened there.
         """
         try:

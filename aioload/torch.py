@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from aioload.datasets import (
+from aioload.data.datasets import (
     ArrayDataset,
     ChainDataset,
     ConcatDataset,
@@ -39,7 +39,7 @@ from aioload.datasets import (
 )
 from aioload.interop import _torch, to_torch, torch_collate, torch_convert
 from aioload.loader import DataLoader as _NumpyDataLoader
-from aioload.samplers import (
+from aioload.samplers.builtin import (
     BatchSampler,
     DistributedSampler,
     RandomSampler,

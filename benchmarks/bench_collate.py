@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from aioload.collate import default_collate
+from aioload.collate.core import default_collate
 
 
 def _per_call_seconds(fn: Callable[[], Any], number: int) -> float:

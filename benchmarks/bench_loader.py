@@ -53,10 +53,10 @@ import numpy as np
 import uvloop
 from common import Rates, optional
 
-import aioload.scheduler
+import aioload.pipeline.scheduler
 from aioload import DataLoader
-from aioload.handoff import Delivery
-from aioload.stats import EpochRecorder, batch_nbytes
+from aioload.pipeline.handoff import Delivery
+from aioload.stats.recorder import EpochRecorder, batch_nbytes
 
 torch = optional("torch")
 torch_data = optional("torch.utils.data")
@@ -443,13 +443,16 @@ async def count_items_async_for(loader: DataLoader) -> int:
 @contextlib.contextmanager
 def measuring(every: bool) -> Iterator[None]:
     """Whether the scheduler measures its usual sample of batches (else only batch 0)."""
-    saved = aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK
+    saved = aioload.pipeline.scheduler._MEASURE_FIRST, aioload.pipeline.scheduler._MEASURE_MASK
     if not every:
-        aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK = 0, (1 << 62) - 1
+        aioload.pipeline.scheduler._MEASURE_FIRST, aioload.pipeline.scheduler._MEASURE_MASK = (
+            0,
+            (1 << 62) - 1,
+        )
     try:
         yield
     finally:
-        aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK = saved
+        aioload.pipeline.scheduler._MEASURE_FIRST, aioload.pipeline.scheduler._MEASURE_MASK = saved
 
 
 def unmeasured(case: Case) -> Case:
@@ -468,7 +471,10 @@ def recorder_work(batches: int, batch: Any) -> int:
     keys = list(range(BATCH))
     submitted: dict[int, float] = {}
     clock = time.perf_counter
-    first, mask = aioload.scheduler._MEASURE_FIRST, aioload.scheduler._MEASURE_MASK
+    first, mask = (
+        aioload.pipeline.scheduler._MEASURE_FIRST,
+        aioload.pipeline.scheduler._MEASURE_MASK,
+    )
     for seq in range(batches):  # what the scheduler and the consumer do per batch
         if seq < first or not seq & mask:  # at submission
             submitted[seq] = clock()

@@ -35,7 +35,7 @@ import obstore
 
 from aioload import DataLoader
 from aioload.sources import ObjectDataset, SeaweedFS, ShardDataset, ShardWriter, open_store
-from aioload.sources.seaweedfs import find_weed
+from aioload.testing.seaweedfs import find_weed
 
 SAMPLES = 512
 PER_SHARD = 64  # 8 shards

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from aioload.backends.pool import warm_forkserver
+from aioload.backends.processes.pool import warm_forkserver
 
 # The object-store servers (SeaweedFS, ObjectServer) as fixtures.
 pytest_plugins = ["servers"]  # tests/servers.py (this folder is on sys.path)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioload.sources import JsonLinesDataset, ShardDataset, expand_urls
-from aioload.sources.braces import expand_braces
+from aioload.sources.stores.braces import expand_braces
 
 # What bash 5 answers (echo PATTERN), empty words kept.
 BASH = {

@@ -25,9 +25,9 @@ import pytest
 from aioload import DataLoader
 from aioload.cli import EXIT_CODES, main
 from aioload.sources import ObjectServer, ShardDataset, ShardIndex, ShardWriter, open_store
-from aioload.sources.braces import brace_pattern
-from aioload.sources.shard_index import INDEX_SUFFIX
-from aioload.sources.shard_indexes import index_command
+from aioload.sources.stores.braces import brace_pattern
+from aioload.sources.tar.index import INDEX_SUFFIX
+from aioload.sources.tar.indexes import index_command
 
 SHARDS = 6
 PER_SHARD = 9

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from aioload.collate import (
+from aioload.collate.core import (
     CollateTypeError,
     collate,
     collate_str_fn,
@@ -736,7 +736,7 @@ def test_with_skipped_items_the_key_is_that_of_the_entry_collated() -> None:
 
 
 def test_named_keys_are_quoted_as_python_writes_them() -> None:
-    from aioload.collate_errors import name_keys
+    from aioload.collate.errors import name_keys
 
     with pytest.raises(TypeError) as info:
         default_collate([1, "two"])

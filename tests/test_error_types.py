@@ -25,10 +25,10 @@ import pytest
 
 import aioload
 from aioload import DataLoader, WorkerError
+from aioload.backends.processes.wire import ErrorReport
 from aioload.groups import ungroup
-from aioload.handoff import END, Delivery, LoopOutput
-from aioload.scheduler import Epoch
-from aioload.wire import ErrorReport
+from aioload.pipeline.handoff import END, Delivery, LoopOutput
+from aioload.pipeline.scheduler import Epoch
 
 # -- datasets --------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import pytest
 
 import aioload
 from aioload import DataLoader
-from aioload.backends.pool import warm_forkserver
+from aioload.backends.processes.pool import warm_forkserver
 
 # -- datasets ------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from aioload import (
     Subset,
     TooManySkippedError,
 )
-from aioload.policy import FaultPolicy
+from aioload.faults.policy import FaultPolicy
 
 FAST = RetryPolicy(attempts=3, backoff=0.0)  # retries without waiting
 

@@ -178,7 +178,7 @@ def test_interpreter_exit_does_not_wait_for_an_abandoned_read(hang: str, style: 
 INTERRUPTED = """
     import gc, sys, threading, time
     from aioload import DataLoader
-    from aioload.iteration import SyncBatchIterator
+    from aioload.pipeline.iteration import SyncBatchIterator
 
     MOMENT, TIMEOUT = {moment!r}, {timeout!r}
 

@@ -3,7 +3,7 @@
 torch warns when ``len(loader)`` was asked before the iteration and the
 iterator then yields more batches than the dataset's ``len()``: once for every
 batch past it. The loader hands the iterator what ``len()`` reported (a
-:class:`~aioload.iteration.ReportedLength`); these tests build the iterators
+:class:`~aioload.pipeline.iteration.ReportedLength`); these tests build the iterators
 with one, as ``DataLoader.__iter__``/``__aiter__`` do.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from aioload import DataLoader, IterableDataset
-from aioload.iteration import AsyncBatchIterator, ReportedLength, SyncBatchIterator
+from aioload.pipeline.iteration import AsyncBatchIterator, ReportedLength, SyncBatchIterator
 
 
 class Overlong(IterableDataset[int]):

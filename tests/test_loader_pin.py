@@ -16,7 +16,7 @@ import pytest
 from aioload import DataLoader
 
 # Locking may be refused here; the loader then warns and falls back, which is not under test.
-pytestmark = pytest.mark.filterwarnings("ignore::aioload.pinning.PinMemoryWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::aioload.memory.pinned.PinMemoryWarning")
 
 
 class Rows:

@@ -36,7 +36,7 @@ SCRIPT = Path(__file__).with_name("shared_sources.py")
 def test_a_row_group_being_read_on_one_loop_is_read_on_another_too() -> None:
     import pyarrow as pa
 
-    from aioload.sources.row_group_cache import RowGroupCache
+    from aioload.sources.parquet.row_group_cache import RowGroupCache
 
     release = threading.Event()
     reads: list[int] = []

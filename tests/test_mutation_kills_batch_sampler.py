@@ -1,4 +1,4 @@
-"""BatchSampler states between iterations and loading errors (aioload/batch_sampler.py).
+"""BatchSampler states between iterations and loading errors (aioload/samplers/batch.py).
 
 Written for the survivors of the mutation run (docs/testing/mutation.md): a state taken
 between iterations says no batch of an iteration was yielded, a loaded state reads back,

@@ -1,5 +1,5 @@
 """LocalCache driven directly: identities, short writes, a failing folder
-(aioload/sources/cache.py).
+(aioload/sources/cache/local.py).
 
 Written for the survivors of the mutation run (docs/testing/mutation.md): two stores'
 objects of the same URL are two entries, an entry written by a disk that takes a few
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from aioload.source_stats import SourceCounter
-from aioload.sources.cache import LocalCache
-from aioload.sources.cache_folder import CacheFolder
+from aioload.sources.cache.folder import CacheFolder
+from aioload.sources.cache.local import LocalCache
+from aioload.stats.source_counts import SourceCounter
 
 DATA = bytes(range(256)) * 40  # 10 KiB
 

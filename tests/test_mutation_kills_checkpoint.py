@@ -1,5 +1,5 @@
 """Loader checkpoints: elastic streams, tampered positions, generator messages
-(aioload/checkpoint.py).
+(aioload/pipeline/checkpoint.py).
 
 Written for the survivors of the mutation run (docs/testing/mutation.md): a stream that
 re-splits itself (``resume_streams``) resumes exactly once with as many workers or

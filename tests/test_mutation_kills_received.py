@@ -1,4 +1,4 @@
-"""What an epoch records of the batches its consumer received (aioload/received.py).
+"""What an epoch records of the batches its consumer received (aioload/pipeline/received.py).
 
 Written for the survivors of the mutation run (docs/testing/mutation.md): batches that
 deliver nothing (every item skipped under ``on_error='skip'``) count as received, so a
@@ -19,7 +19,7 @@ import pytest
 
 import aioload
 from aioload import DataLoader
-from aioload.received import Received
+from aioload.pipeline.received import Received
 
 
 def test_a_fresh_record_is_in_order_from_batch_zero_and_tracks_no_stream() -> None:

@@ -1,4 +1,4 @@
-"""Samplers with a torch.Generator: states and resume (aioload/samplers.py).
+"""Samplers with a torch.Generator: states and resume (aioload/samplers/builtin.py).
 
 Written for the survivors of the mutation run (docs/testing/mutation.md), which the
 focused sampler tests let through because they never use torch: a state taken in the

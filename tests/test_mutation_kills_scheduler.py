@@ -1,5 +1,5 @@
 """The epoch's scheduler as users see it: resume over an async sampler, max_skipped, stats
-(aioload/scheduler.py).
+(aioload/pipeline/scheduler.py).
 
 Written for the survivors of the mutation run (docs/testing/mutation.md): an epoch over
 an async sampler checkpoints and resumes, the skip limit ends the epoch with its error,
@@ -21,7 +21,7 @@ import pytest
 
 import aioload
 from aioload import DataLoader, TooManySkippedError
-from aioload.scheduler import Window
+from aioload.pipeline.scheduler import Window
 from tests.conftest import wait_until
 
 N = 20

@@ -1,4 +1,4 @@
-"""The shared-memory transport of worker results, in one process (aioload/transport.py).
+"""The shared-memory transport of worker results, in one process (aioload/memory/segments.py).
 
 The loader tests cross it through worker processes, where the mutation run cannot see
 which test calls what (docs/testing/mutation.md); these drive the worker's side
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aioload.transport import SegmentReader, SegmentWriter, Written
+from aioload.memory.segments import SegmentReader, SegmentWriter, Written
 
 
 def read(reader: SegmentReader, written: Written) -> Any:

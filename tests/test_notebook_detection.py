@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from aioload import ArrayDataset, DataLoader, Subset
-from aioload.notebook import check_workers_can_import, is_ipython_loop
+from aioload.pipeline.notebook import check_workers_can_import, is_ipython_loop
 
 
 class ZMQInteractiveShell:

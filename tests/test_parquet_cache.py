@@ -17,13 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from aioload import DataLoader
-from aioload.source_stats import SourceCounter
 from aioload.sources import (
     IterableParquetDataset,
     LocalCache,
     ObjectServer,
     ParquetDataset,
 )
+from aioload.stats.source_counts import SourceCounter
 
 FILES = 3
 ROWS = 600  # per file, in row groups of 40
@@ -107,7 +107,7 @@ def test_chunks_not_cached_are_still_fetched_together(
 def test_map_style_reads_share_the_chunks_a_stream_kept(
     table_server: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioload.sources import parquet_read
+    from aioload.sources.parquet import read as parquet_read
 
     # Decoded from exactly the chunks kept or fetched: a read of any other byte fails.
     monkeypatch.setattr(parquet_read, "STRICT_READS", True)

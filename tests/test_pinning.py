@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from aioload import pinning
-from aioload.buffers import size_class
-from aioload.pinning import (
+from aioload.memory import pinned as pinning
+from aioload.memory.buffers import size_class
+from aioload.memory.pinned import (
     DEFAULT_MAX_BYTES,
     PinMemoryWarning,
     PinnedBufferPool,
@@ -303,7 +303,7 @@ def test_pin_batch_with_real_torch_tensor(pool: PinnedBufferPool) -> None:
 
 
 def test_module_import_does_not_import_torch() -> None:
-    code = "import sys, aioload.pinning; assert 'torch' not in sys.modules"
+    code = "import sys, aioload.memory.pinned; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioload import DistributedSampler
-from aioload.sources.rank_split import (
+from aioload.sources.streams.split import (
     Segment,
     rank_segments,
     samples_per_rank,

@@ -5,7 +5,7 @@ one by one gives — the same keys, types, dtypes and values (NaN where the rows
 or the same type of error; but where a column's rows hold ``None`` (a null numpy cannot
 hold), which would make collating the rows fail or pass by which row comes first, the
 column comes as the list of its rows' values. Tested on a minimal subclass and, with
-hypothesis, on :class:`~aioload.sources.arrow_rows.ArrowRows` over generated Arrow tables:
+hypothesis, on :class:`~aioload.sources.parquet.arrow_rows.ArrowRows` over generated Arrow tables:
 integers of every width, floats, bools, strings, timestamps, dates, lists (equal lengths and
 ragged), structs, with and without nulls, in one chunk or several, sliced, in any row order.
 """
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aioload.collate import default_collate
-from aioload.row_block import RowBlock, as_samples, rows_for_collate
-from aioload.sources.arrow_rows import ArrowRows
+from aioload.collate.core import default_collate
+from aioload.data.row_block import RowBlock, as_samples, rows_for_collate
+from aioload.sources.parquet.arrow_rows import ArrowRows
 
 
 class Columns(RowBlock):

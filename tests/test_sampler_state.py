@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import aioload.samplers as samplers_module
-from aioload.samplers import (
+import aioload.samplers.builtin as samplers_module
+from aioload.samplers.builtin import (
     BatchSampler,
     DistributedSampler,
     RandomSampler,

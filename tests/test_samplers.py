@@ -11,7 +11,7 @@ import anyio
 import numpy as np
 import pytest
 
-from aioload.samplers import (
+from aioload.samplers.builtin import (
     BatchSampler,
     DistributedSampler,
     RandomSampler,

@@ -22,9 +22,9 @@ from test_sources_tar import _OPERATION, SEEDS, _mutate, cpu_deadline, drive, in
 from test_sources_tar import WHERE as SHARD
 
 from aioload.sources import ShardIndex, ShardIndexError, ShardWriter, TarFormatError
-from aioload.sources.shard_index import INDEX_FORMAT, INDEX_SUFFIX
-from aioload.sources.tar import group_samples, iter_tar
-from aioload.sources.tar_scan import scan_tar
+from aioload.sources.tar.index import INDEX_FORMAT, INDEX_SUFFIX
+from aioload.sources.tar.reader import group_samples, iter_tar
+from aioload.sources.tar.scan import scan_tar
 
 WHERE = "s3://bucket/shard-0003.tar.idx.json"
 

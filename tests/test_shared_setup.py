@@ -31,9 +31,9 @@ import pytest
 
 import aioload
 from aioload import DataLoader, SharedList
-from aioload.backends.reader import WorkerSetup
-from aioload.backends.setup_parcel import OUT_OF_BAND_MIN, SetupParcel, open_setup
-from aioload.collate import default_collate
+from aioload.backends.processes.setup_parcel import OUT_OF_BAND_MIN, SetupParcel, open_setup
+from aioload.collate.core import default_collate
+from aioload.read.reader import WorkerSetup
 from tests.conftest import wait_until
 from tests.mappings import address_of, in_setup_segment, new_segments, segments
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioload import DataLoader, IterableDataset
-from aioload.source_stats import SourceCounter, SourceCounts
+from aioload.stats.source_counts import SourceCounter, SourceCounts
 
 
 class Counted:

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from aioload import DataLoader
-from aioload.source_stats import SourceCounter, SourceCounts
 from aioload.sources import (
     LocalCache,
     ObjectDataset,
@@ -29,8 +28,9 @@ from aioload.sources import (
     default_decode,
     parse_size,
 )
-from aioload.sources.cache import entry_identity
-from aioload.sources.cache_folder import CacheFolder
+from aioload.sources.cache.folder import CacheFolder
+from aioload.sources.cache.local import entry_identity
+from aioload.stats.source_counts import SourceCounter, SourceCounts
 
 SHARDS = 8
 PER_SHARD = 15
@@ -259,7 +259,7 @@ def test_a_crash_mid_download_leaves_nothing_corrupt(
         import os
 
         from aioload.sources import ShardDataset
-        from aioload.sources.cache import entry_identity
+        from aioload.sources.cache.local import entry_identity
         dataset = ShardDataset({url!r}, cache_dir={str(tmp_path)!r}, cache_limit={10 * size})
         folder = dataset.cache._folder
         location = dataset._locations[dataset._paths[0][0]]
@@ -319,7 +319,7 @@ def test_one_process_reading_a_shard_twice_downloads_it_once(
 def test_a_full_disk_falls_back_to_the_store(
     server: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioload.sources import cache as cache_module
+    from aioload.sources.cache import local as cache_module
 
     def full(fd: int, data: Any, offset: int) -> None:
         raise OSError(28, "No space left on device")
@@ -552,7 +552,7 @@ def _env() -> dict[str, str]:
 def test_waiting_gives_up_on_a_writer_that_makes_no_progress(
     server: ObjectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioload.sources import cache as cache_module
+    from aioload.sources.cache import local as cache_module
 
     monkeypatch.setattr(cache_module, "WAIT_STALL", 0.2)
     dataset = ObjectDataset(server.url + "/objects/", ["002.bin"], cache_dir=tmp_path)
@@ -588,7 +588,7 @@ def test_a_missing_shard_fails_as_without_a_cache(server: ObjectServer, tmp_path
 def test_a_disk_that_fills_mid_shard_goes_on_from_the_store_where_it_left_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioload.sources import cache as cache_module
+    from aioload.sources.cache import local as cache_module
 
     # A shard of several chunks (obstore hands over at least 1 MiB at a time).
     with ShardWriter(str(tmp_path / "big-%d.tar")) as writer:
@@ -695,7 +695,7 @@ def test_the_azure_account_names_the_entry(
 def test_the_settings_that_select_a_store_name_its_entries(
     monkeypatch: pytest.MonkeyPatch, no_cloud_env: None
 ) -> None:
-    from aioload.sources.stores import StoreLocation
+    from aioload.sources.stores.store import StoreLocation
 
     def identity(url: str, **options: Any) -> str:
         return StoreLocation(url, options).identity

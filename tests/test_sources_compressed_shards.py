@@ -18,7 +18,7 @@ import pytest
 
 from aioload import DataLoader
 from aioload.sources import ObjectServer, ShardDataset, ShardWriter, default_decode
-from aioload.sources.shard_state import ShardStateError
+from aioload.sources.streams.state import ShardStateError
 
 SIZES = [9, 4, 13, 6]  # samples per shard: 32 in all
 TOTAL = sum(SIZES)

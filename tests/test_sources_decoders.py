@@ -26,7 +26,7 @@ from aioload.sources import (
     decode_image,
     default_decode,
 )
-from aioload.sources.shards import default_decode as default_decode_of_shards
+from aioload.sources.tar.dataset import default_decode as default_decode_of_shards
 
 
 def encoded(array: np.ndarray, kind: str, mode: str | None = None) -> bytes:

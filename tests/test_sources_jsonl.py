@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from aioload import DataLoader, RetryPolicy
 from aioload.sources import JsonLinesDataset, MixDataset, ShardDataset, ShardWriter
 from aioload.sources.decompress import decompressed
-from aioload.sources.jsonl_lines import LineSplitter, compression_of, numbered_lines
-from aioload.sources.shard_state import ShardStateError
+from aioload.sources.jsonl.lines import LineSplitter, compression_of, numbered_lines
+from aioload.sources.streams.state import ShardStateError
 from tests.strategies import JSON_VALUES
 
 SIZES = [7, 3, 11, 0, 5, 9]  # lines per file: 35 in all

@@ -24,15 +24,15 @@ from hypothesis import strategies as st
 
 from aioload import DataLoader, DistributedSampler, RetryPolicy, WeightedRandomSampler
 from aioload.sources import IterableParquetDataset, JsonLinesDataset, MixDataset, ParquetDataset
-from aioload.sources.parquet_footer import (
+from aioload.sources.parquet.footer import (
     FOOTER_GUESS,
     Footer,
     ParquetFormatError,
     parse_footer,
     read_footer_bytes,
 )
-from aioload.sources.parquet_state import check_rows_state
-from aioload.sources.shard_state import ShardStateError
+from aioload.sources.parquet.state import check_rows_state
+from aioload.sources.streams.state import ShardStateError
 from tests.strategies import JSON_VALUES
 
 SIZES = [23, 7, 31]  # rows per file: 61 in all, row groups of 5 (the last ones shorter)
@@ -351,7 +351,7 @@ def test_a_user_collate_fn_gets_row_dicts_and_batch_size_none_gives_rows(prefix:
 
 def test_map_style_default_collate_of_ragged_lists_raises_as_for_the_rows(prefix: str) -> None:
     # Ragged lists cannot stack: the block's batch fails as default_collate of rows does.
-    from aioload.collate import default_collate
+    from aioload.collate.core import default_collate
 
     dataset = ParquetDataset(prefix, columns=["tags"])
     block = asyncio.run(dataset.__getitems__([1, 2]))
@@ -992,7 +992,7 @@ def test_pyarrow_reads_only_the_bytes_fetched(
 ) -> None:
     # Decoding goes through a sparse in-memory file, where a byte not fetched reads as 0;
     # the strict file object refuses such a read instead: the same rows come through it.
-    from aioload.sources import parquet_read
+    from aioload.sources.parquet import read as parquet_read
 
     monkeypatch.setattr(parquet_read, "STRICT_READS", True)
     loader = DataLoader(ParquetDataset(prefix, columns=columns), batch_size=7, collate_fn=list)
@@ -1008,7 +1008,7 @@ def test_pyarrow_reads_only_the_bytes_fetched(
 
 @pytest.mark.asyncio
 async def test_a_row_group_read_nobody_waits_for_any_more_is_cancelled() -> None:
-    from aioload.sources.row_group_cache import RowGroupCache
+    from aioload.sources.parquet.row_group_cache import RowGroupCache
 
     started: list[int] = []
     release = asyncio.Event()

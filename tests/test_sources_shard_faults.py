@@ -25,7 +25,7 @@ import obstore
 import pytest
 
 from aioload import DataLoader, RetryPolicy, StreamGuard, TooManySkippedError, get_worker_info
-from aioload.policy import FaultPolicy
+from aioload.faults.policy import FaultPolicy
 from aioload.sources import (
     MixDataset,
     ObjectServer,
@@ -34,8 +34,8 @@ from aioload.sources import (
     default_decode,
     open_store,
 )
-from aioload.sources.shard_faults import guarded_runs
-from aioload.sources.shard_state import Ref, Run
+from aioload.sources.streams.faults import guarded_runs
+from aioload.sources.streams.state import Ref, Run
 
 SHARDS = 6
 PER_SHARD = 10

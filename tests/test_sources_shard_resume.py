@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from aioload import DataLoader
 from aioload.sources import MixDataset, ShardDataset, ShardWriter, default_decode
-from aioload.sources.shard_state import ShardStateError
+from aioload.sources.streams.state import ShardStateError
 from tests.strategies import JSON_VALUES
 
 SIZES = [9, 4, 13, 6, 11]  # samples per shard: 43 in all

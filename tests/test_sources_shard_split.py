@@ -32,7 +32,7 @@ from aioload.sources import (
     default_decode,
     open_store,
 )
-from aioload.sources.shard_index import INDEX_SUFFIX
+from aioload.sources.tar.index import INDEX_SUFFIX
 
 SIZES = [17, 3, 25, 1, 11, 8, 14]  # samples per shard: 79 in all, 79 % 3 = 1
 TOTAL = sum(SIZES)

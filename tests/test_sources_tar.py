@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aioload.sources import ShardDataset, ShardWriter, TarFormatError
-from aioload.sources.tar import group_samples, iter_tar
+from aioload.sources.tar.reader import group_samples, iter_tar
 
 WHERE = "file:///data/shard-0007.tar"
 

@@ -1,4 +1,4 @@
-"""How worker processes start: the rule of ``aioload.backends.start_method``.
+"""How worker processes start: the rule of ``aioload.backends.processes.start_method``.
 
 Scripts run as subprocesses, each in a fresh interpreter: how workers start
 depends on the process's start method, its threads and the runtimes it has
@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from aioload import DataLoader, Dataset, get_worker_info
-from aioload.backends import fork_template, start_method
-from aioload.backends.start_method import other_threads, worker_start
+from aioload.backends.processes import fork_template, start_method
+from aioload.backends.processes.start_method import other_threads, worker_start
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="aioload forks only on Linux")
 

@@ -15,7 +15,7 @@ import pytest
 
 import aioload
 from aioload import ArrayDataset, DataLoader, RetryPolicy
-from aioload.stats import LoaderStats, measure_batch
+from aioload.stats.recorder import LoaderStats, measure_batch
 
 # -- datasets (top level: worker processes pickle them) -------------------------
 

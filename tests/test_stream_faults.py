@@ -1,6 +1,6 @@
 """The fault policy for streams: retry, on_error='skip' and max_skipped on iterable datasets.
 
-A stream opts in with ``guarded_stream(guard)`` (aioload.stream_faults); these streams are
+A stream opts in with ``guarded_stream(guard)`` (aioload.faults.guard); these streams are
 in memory, so that what is tested is the protocol and the loader's side of it (batches,
 skip records from workers, counts, limits). tests/test_sources_shard_faults.py runs it
 over shards in object stores.
@@ -27,8 +27,8 @@ from aioload import (
     TooManySkippedError,
     get_worker_info,
 )
-from aioload.backends.streams import SKIPS_PER_OUTCOME
-from aioload.policy import FaultPolicy
+from aioload.faults.policy import FaultPolicy
+from aioload.read.streams import SKIPS_PER_OUTCOME
 
 FAST = RetryPolicy(attempts=3, backoff=0.0)
 

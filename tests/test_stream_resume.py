@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aioload.sources.shard_state import ShardStateError
+from aioload.sources.streams.state import ShardStateError
 from tests.resume_property import (
     Format,
     check_resume,

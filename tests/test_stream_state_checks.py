@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aioload.errors import TarFormatError
-from aioload.sources.shard_state import ShardStateError, check_state
+from aioload.sources.streams.state import ShardStateError, check_state
 from tests.resume_property import (
     Format,
     loader,

@@ -198,9 +198,9 @@ def test_tensors_from_workers_are_views_of_the_shared_memory(torch: Any, dataset
 def test_a_worker_collates_tensors_into_its_arena_and_sends_them_uncopied(
     torch: Any, dataset: Any
 ) -> None:
-    from aioload.collate import collate_into
+    from aioload.collate.core import collate_into
     from aioload.interop import torch_collate
-    from aioload.transport import SegmentReader, SegmentWriter
+    from aioload.memory.segments import SegmentReader, SegmentWriter
 
     writer, reader = SegmentWriter(), SegmentReader(keep_free=2)
     samples = [dataset[i] for i in range(8)]
@@ -218,7 +218,7 @@ def test_a_worker_collates_tensors_into_its_arena_and_sends_them_uncopied(
 
 
 def test_tensors_numpy_cannot_view_still_travel(torch: Any) -> None:
-    from aioload.transport import SegmentReader, SegmentWriter
+    from aioload.memory.segments import SegmentReader, SegmentWriter
 
     writer, reader = SegmentWriter(), SegmentReader(keep_free=2)
     batch = {

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import aioload
-import aioload.pinning
+import aioload.memory.pinned
 from aioload import ArrayDataset, DataLoader
 from aioload.interop import to_torch, torch_collate, torch_convert
 
@@ -160,7 +160,7 @@ def test_pin_memory_with_tensors_without_an_accelerator(torch: Any) -> None:
         assert all(b["image"].is_pinned() for b in loader)
         return
     # As torch's DataLoader: a warning, and the tensors as they are.
-    aioload.pinning._warn_unpinned_tensors.cache_clear()  # it warns once per process
+    aioload.memory.pinned._warn_unpinned_tensors.cache_clear()  # it warns once per process
     with pytest.warns(UserWarning, match="no cuda accelerator"):
         batches = list(loader)
     assert [b["label"].tolist() for b in batches] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from aioload import DataLoader, Dataset
-from aioload.arguments import DEFAULT_WINDOW_BYTES
+from aioload.pipeline.arguments import DEFAULT_WINDOW_BYTES
 
 
 class BigItems(Dataset[np.ndarray]):
@@ -76,7 +76,7 @@ def test_an_explicit_prefetch_factor_is_not_sized_down() -> None:
 def test_a_release_after_the_loop_closed_is_a_no_op() -> None:
     # The consumer's thread may hand back a slot after the epoch's loop ended (the epoch
     # failed while the batch before it was still being taken out): nothing to wake.
-    from aioload.scheduler import Window
+    from aioload.pipeline.scheduler import Window
 
     loop = asyncio.new_event_loop()
     window = Window(1, loop)

@@ -44,8 +44,8 @@ import pytest
 
 import aioload
 from aioload import DataLoader, WorkerCrashedError
-from aioload.backends import fork_template
-from aioload.backends.pool import warm_forkserver
+from aioload.backends.processes import fork_template
+from aioload.backends.processes.pool import warm_forkserver
 from tests.conftest import wait_until
 
 GONE_WITHIN = 5.0  # seconds: the bound for every route

@@ -73,7 +73,7 @@ class Module:
 # exercise what it does for users (ordering, exactly-once, resume, memory bounds).
 MODULES: dict[str, Module] = {
     "received": Module(
-        "aioload/received.py",
+        "aioload/pipeline/received.py",
         (
             "tests/test_mutation_kills_received.py",
             "tests/test_checkpoint.py",
@@ -81,7 +81,7 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "samplers": Module(
-        "aioload/samplers.py",
+        "aioload/samplers/builtin.py",
         (
             "tests/test_samplers.py",
             "tests/test_sampler_state.py",
@@ -90,7 +90,7 @@ MODULES: dict[str, Module] = {
         marker="",  # the torch tests are slow; the others are fast anyway
     ),
     "batch_sampler": Module(
-        "aioload/batch_sampler.py",
+        "aioload/samplers/batch.py",
         (
             "tests/test_samplers.py",
             "tests/test_sampler_state.py",
@@ -98,7 +98,7 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "checkpoint": Module(
-        "aioload/checkpoint.py",
+        "aioload/pipeline/checkpoint.py",
         (
             "tests/test_checkpoint.py",
             "tests/test_checkpoint_fit.py",
@@ -107,7 +107,7 @@ MODULES: dict[str, Module] = {
         marker="",  # a torch test is slow; the others are not marked
     ),
     "scheduler": Module(
-        "aioload/scheduler.py",
+        "aioload/pipeline/scheduler.py",
         (
             "tests/test_window_budget.py",
             "tests/test_loader_order.py",
@@ -121,11 +121,11 @@ MODULES: dict[str, Module] = {
         ("tests/test_mix.py", "tests/test_mutation_kills_mix.py"),
     ),
     "cache": Module(
-        "aioload/sources/cache.py",
+        "aioload/sources/cache/local.py",
         ("tests/test_sources_cache.py", "tests/test_mutation_kills_cache.py"),
     ),
     "transport": Module(
-        "aioload/transport.py",
+        "aioload/memory/segments.py",
         ("tests/test_workers.py", "tests/test_mutation_kills_transport.py"),
     ),
 }

@@ -19,11 +19,11 @@ when automatic batching is off. For an iterable dataset ``keys`` is None and
 means "the next batch of your stream"; the scheduler stops asking once
 :attr:`Backend.exhausted` is set.
 
-:class:`Outcome` itself lives in :mod:`aioload.outcome` (the wire, below the
+:class:`Outcome` itself lives in :mod:`aioload.read.outcome` (the wire, below the
 backends, needs it too) and is re-exported here. Every backend builds its
 outcomes with one reader
-(:class:`~aioload.backends.reader.BatchReader`); what crosses a process or
-pickle boundary is the outcome's wire form (:mod:`aioload.wire`).
+(:class:`~aioload.read.reader.BatchReader`); what crosses a process or
+pickle boundary is the outcome's wire form (:mod:`aioload.backends.processes.wire`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import anyio.abc
 
-from aioload.outcome import Outcome
+from aioload.read.outcome import Outcome
 
 __all__ = ["Backend", "BackendFactory", "Outcome", "OutcomeSink"]
 

@@ -68,11 +68,11 @@ from aioload.backends.executor_task import (
     ThreadIds,
     run_batch,
 )
-from aioload.backends.pickling import pickle_for_workers
-from aioload.backends.reader import WorkerSetup
+from aioload.backends.processes.pickling import pickle_for_workers
+from aioload.backends.processes.wire import outcome_from_wire
 from aioload.backends.threads import in_thread, when_done_on_loop
-from aioload.stats import EpochRecorder
-from aioload.wire import outcome_from_wire
+from aioload.read.reader import WorkerSetup
+from aioload.stats.recorder import EpochRecorder
 
 __all__ = ["ExecutorBackend", "check_executor", "executor_size"]
 

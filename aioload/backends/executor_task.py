@@ -24,16 +24,16 @@ of a process pool, a dask worker — and does there what a worker process of
 - **Async datasets.** The items of the batch run concurrently on an event
   loop that belongs to the thread the task runs in: created by the thread's
   first task, reused by every later one, closed when the thread ends.
-- **The batch** is read by the same :class:`~aioload.backends.reader.BatchReader`
+- **The batch** is read by the same :class:`~aioload.read.reader.BatchReader`
   as every other backend's, and the task returns its outcome's wire form
-  (:func:`aioload.wire.outcome_to_wire`): the bare batch, or the batch with
+  (:func:`aioload.backends.processes.wire.outcome_to_wire`): the bare batch, or the batch with
   its skips and retries, or the error.
 - **Errors** keep their type (``SystemExit`` and ``KeyboardInterrupt``
   too: they are returned like any other, not raised in the executor's
   worker); a note names the worker. One that cannot be
   pickled (a process or dask worker sends it back pickled) is rebuilt in
   the loader as a :class:`~aioload.WorkerError` naming its type, with its
-  traceback (:class:`~aioload.wire.ErrorReport`).
+  traceback (:class:`~aioload.backends.processes.wire.ErrorReport`).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aioload.backends.base import Outcome
-from aioload.backends.reader import BatchReader, WorkerSetup
-from aioload.backends.worker_process import seed_generators
-from aioload.eager import ItemPool
+from aioload.backends.processes.wire import outcome_to_wire
+from aioload.backends.processes.worker import seed_generators
 from aioload.eventloop import new_event_loop
-from aioload.fetch import inspect_dataset
-from aioload.wire import outcome_to_wire
+from aioload.read.eager import ItemPool
+from aioload.read.fetch import inspect_dataset
+from aioload.read.reader import BatchReader, WorkerSetup
 from aioload.worker_info import WorkerInfo, set_thread_worker_info
 
 __all__ = ["EpochKey", "Placement", "SetupFile", "ThreadIds", "run_batch"]
@@ -152,7 +152,7 @@ def run_batch(
     """Reads and collates batch ``seq`` (``keys``) in the executor's worker.
 
     Returns the wire form of the batch's outcome (see
-    :func:`aioload.wire.outcome_to_wire`): errors are returned, not raised.
+    :func:`aioload.backends.processes.wire.outcome_to_wire`): errors are returned, not raised.
     """
     try:
         state = _state(key, base_seed, setup, placement)

@@ -3,14 +3,14 @@
 :class:`Backends` is the one place that knows which backend a loader's
 arguments call for —
 
-- ``num_workers > 0``: a :class:`~aioload.backends.processes.ProcessBackend`
-  over a :class:`~aioload.backends.pool.WorkerPool` (one per epoch, or the
+- ``num_workers > 0``: a :class:`~aioload.backends.processes.backend.ProcessBackend`
+  over a :class:`~aioload.backends.processes.pool.WorkerPool` (one per epoch, or the
   loader's persistent one);
 - ``executor=``: an :class:`~aioload.backends.executor.ExecutorBackend`;
 - otherwise an :class:`~aioload.backends.inline.InlineBackend` on the loop —
 
 and builds it for each epoch from the epoch's
-:class:`~aioload.backends.reader.WorkerSetup`. It owns the persistent worker
+:class:`~aioload.read.reader.WorkerSetup`. It owns the persistent worker
 pool (``persistent_workers=True``) until :meth:`Backends.close`.
 """
 
@@ -30,19 +30,19 @@ import anyio.abc
 from aioload.backends.base import Backend, BackendFactory, OutcomeSink
 from aioload.backends.executor import ExecutorBackend, executor_size
 from aioload.backends.inline import InlineBackend
-from aioload.backends.pool import WorkerPool, warm_forkserver
-from aioload.backends.processes import ProcessBackend
-from aioload.backends.reader import BatchReader, WorkerSetup
-from aioload.backends.start_method import (
+from aioload.backends.processes.backend import ProcessBackend
+from aioload.backends.processes.pool import WorkerPool, warm_forkserver
+from aioload.backends.processes.start_method import (
     WorkerStart,
     keep_template_ready,
     start_method_context,
     worker_start,
 )
-from aioload.checkpoint import EpochPlan
-from aioload.dataset_epochs import dataset_epochs
-from aioload.fetch import DatasetProtocol
-from aioload.stats import EpochRecorder
+from aioload.data.epochs import dataset_epochs
+from aioload.pipeline.checkpoint import EpochPlan
+from aioload.read.fetch import DatasetProtocol
+from aioload.read.reader import BatchReader, WorkerSetup
+from aioload.stats.recorder import EpochRecorder
 
 __all__ = ["Backends"]
 
@@ -92,7 +92,7 @@ class Backends:
         than when the first epoch starts (starting it costs the caller a few
         milliseconds: it is spawned, not waited for). And the fork template,
         where the process may later start a runtime that a fork does not
-        survive (see :mod:`aioload.backends.start_method`).
+        survive (see :mod:`aioload.backends.processes.start_method`).
         """
         if self._num_workers == 0 or self._executor is not None:
             return
@@ -107,7 +107,7 @@ class Backends:
         """How worker processes would start if an epoch began now; None: none would.
 
         ``multiprocessing_context``: the loader's; left unset, the rule of
-        :mod:`aioload.backends.start_method`. ``objects``: what the workers
+        :mod:`aioload.backends.processes.start_method`. ``objects``: what the workers
         receive, by name. None for an inline or executor backend, or
         persistent workers that are running.
         """

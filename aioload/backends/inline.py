@@ -1,7 +1,7 @@
 """The inline backend (``num_workers=0``): fetches run on the loader's event loop.
 
 - Async datasets are awaited on the loop; the items of every batch in the
-  window run concurrently through one :class:`~aioload.eager.ItemPool`, capped
+  window run concurrently through one :class:`~aioload.read.eager.ItemPool`, capped
   at ``concurrency`` items in flight.
 - Sync datasets are read in a worker thread when the loop belongs to the
   caller (``async for``), so the caller's loop never blocks: one fetch at a
@@ -19,11 +19,11 @@
   policy's ``item_timeout`` does with a single item. Interpreter exit does not
   wait for it.
 - What a batch is — read, fault policy, collate, its outcome — is the
-  :class:`~aioload.backends.reader.BatchReader`'s business; this backend only
+  :class:`~aioload.read.reader.BatchReader`'s business; this backend only
   decides where and when the reader runs.
 
 A worker process runs this same backend on its own loop (see
-:mod:`aioload.backends.worker_process`).
+:mod:`aioload.backends.processes.worker`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import Any
 import anyio.abc
 
 from aioload.backends.base import Outcome, OutcomeSink
-from aioload.backends.reader import BatchReader
 from aioload.backends.threads import when_done_on_loop
-from aioload.eager import ItemPool
+from aioload.read.eager import ItemPool
+from aioload.read.reader import BatchReader
 
 __all__ = ["THREADS_FOR_THREAD_SAFE", "InlineBackend"]
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from aioload.backends.start_method import wait_until_gone
+from aioload.backends.processes.start_method import wait_until_gone
 
 __all__ = ["in_thread", "when_done_on_loop"]
 

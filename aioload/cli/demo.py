@@ -323,8 +323,8 @@ def _train(
 
 def _read_shards(urls: list[str]) -> Iterator[tuple[np.ndarray, int]]:
     """The decoded samples of the shards, read one after another with a blocking client."""
-    from aioload.sources.server import LOOPBACK_OPENER
-    from aioload.sources.tar import split_name
+    from aioload.sources.tar.reader import split_name
+    from aioload.testing.object_server import LOOPBACK_OPENER
 
     for url in urls:
         with LOOPBACK_OPENER.open(url) as response:

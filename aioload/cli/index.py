@@ -105,7 +105,7 @@ def run(arguments: argparse.Namespace) -> int:
     if concurrency is not None and concurrency < 1:
         raise CommandError(f"--concurrency should be >= 1; got {concurrency}", 2)
     try:
-        from aioload.sources.index_shards import (
+        from aioload.sources.tar.index_files import (
             DEFAULT_CONCURRENCY,
             IndexOutcome,
             index_shards,

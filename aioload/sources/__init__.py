@@ -49,36 +49,36 @@ except ImportError as error:  # pragma: no cover - depends on the installation
     ) from error
 
 from aioload.errors import ParquetFormatError, TarFormatError
-from aioload.sources.cache import LocalCache
+from aioload.sources.cache.local import LocalCache
 from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
-from aioload.sources.index_shards import IndexOutcome, index_shards
-from aioload.sources.jsonl import JsonLinesDataset
-from aioload.sources.listing_shuffle import ShuffledListing
+from aioload.sources.jsonl.dataset import JsonLinesDataset
 from aioload.sources.mix import MixDataset
-from aioload.sources.objects import ObjectDataset, ObjectListing
-from aioload.sources.rank_split import Segment
-from aioload.sources.shard_index import ShardIndex, ShardIndexError
-from aioload.sources.shard_state import ShardStateError
-from aioload.sources.shards import ShardDataset, expand_urls
+from aioload.sources.objects.dataset import ObjectDataset, ObjectListing
+from aioload.sources.objects.listing import ShuffledListing
 from aioload.sources.sizes import parse_size
-from aioload.sources.stores import DEFAULT_RETRY_CONFIG, is_transient, open_store
-from aioload.sources.writer import ShardWriter
+from aioload.sources.stores.store import DEFAULT_RETRY_CONFIG, is_transient, open_store
+from aioload.sources.streams.split import Segment
+from aioload.sources.streams.state import ShardStateError
+from aioload.sources.tar.dataset import ShardDataset, expand_urls
+from aioload.sources.tar.index import ShardIndex, ShardIndexError
+from aioload.sources.tar.index_files import IndexOutcome, index_shards
+from aioload.sources.tar.writer import ShardWriter
 
 if TYPE_CHECKING:
-    from aioload.sources.arrow_rows import ArrowRows
-    from aioload.sources.parquet import ParquetDataset
-    from aioload.sources.parquet_iterable import IterableParquetDataset
-    from aioload.sources.seaweedfs import SeaweedFS
-    from aioload.sources.server import ObjectServer
+    from aioload.sources.parquet.arrow_rows import ArrowRows
+    from aioload.sources.parquet.dataset import ParquetDataset
+    from aioload.sources.parquet.iterable import IterableParquetDataset
+    from aioload.testing.object_server import ObjectServer
+    from aioload.testing.seaweedfs import SeaweedFS
 
 # Parquet needs pyarrow (the parquet extra): its names are imported on first use. Without
 # pyarrow each is a stand-in that raises ImportError naming the extra when it is used, so
 # that `from aioload.sources import *` works in any installation. (ParquetFormatError needs
 # no pyarrow: `except ParquetFormatError` works everywhere.)
 _PARQUET = {
-    "ArrowRows": "aioload.sources.arrow_rows",
-    "IterableParquetDataset": "aioload.sources.parquet_iterable",
-    "ParquetDataset": "aioload.sources.parquet",
+    "ArrowRows": "aioload.sources.parquet.arrow_rows",
+    "IterableParquetDataset": "aioload.sources.parquet.iterable",
+    "ParquetDataset": "aioload.sources.parquet.dataset",
 }
 
 __all__ = [
@@ -124,7 +124,7 @@ def __getattr__(name: str) -> Any:
             raise ImportError(
                 "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload-data[s3]'"
             ) from error
-        from aioload.sources.server import ObjectServer
+        from aioload.testing.object_server import ObjectServer
 
         return ObjectServer
     if name in _PARQUET:
@@ -136,7 +136,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_PARQUET[name]), name)
     if name == "SeaweedFS":
-        from aioload.sources.seaweedfs import SeaweedFS
+        from aioload.testing.seaweedfs import SeaweedFS
 
         return SeaweedFS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ through :mod:`zlib`, bz2 and xz through the standard library's :mod:`bz2` and
 after them passed over, as ``gzip -d``, ``zcat`` and ``xz -d`` read them), zstd through
 the ``zstandard`` package (every frame; the standard library has zstd only from Python
 3.14). JSON-lines files (:mod:`aioload.sources.jsonl`) and compressed tar shards
-(:mod:`aioload.sources.shards`) are read through it.
+(:mod:`aioload.sources.tar.dataset`) are read through it.
 
 Example::
 

@@ -21,7 +21,7 @@ When a source runs out (``stop``):
   from its start raises ``ValueError``), so the mix never ends: end the epoch yourself.
 
 Under the loader's fault policy (:meth:`MixDataset.guarded_stream`) a skip marker from a
-source (see :mod:`aioload.stream_faults`) uses up the draw that reached it, as its sample
+source (see :mod:`aioload.faults.guard`) uses up the draw that reached it, as its sample
 would have: the draws do not depend on what fails, and the samples that remain come in
 the order they come in a run where nothing fails, the bad ones left out.
 """
@@ -35,12 +35,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from aioload.datasets import IterableDataset
-from aioload.fetch import _stream_is_async
-from aioload.iterable_datasets import _is_iterable_dataset
+from aioload.data.datasets import IterableDataset
+from aioload.data.iterable import _is_iterable_dataset
+from aioload.faults.guard import StreamGuard, can_guard
 from aioload.ranks import rank_and_world_size
-from aioload.sampler_state import _stateful
-from aioload.stream_faults import StreamGuard, can_guard
+from aioload.read.fetch import _stream_is_async
+from aioload.samplers.state import _stateful
 from aioload.worker_info import get_worker_info
 
 __all__ = ["BLOCK", "STOPS", "MixDataset"]

@@ -1,0 +1,143 @@
+"""ShuffledListing: the keys of a store listing, collected once, reshuffled every epoch.
+
+What ``DataLoader(ObjectDataset(url), shuffle=True)`` samples with (through
+:meth:`ObjectDataset.default_sampler <aioload.sources.ObjectDataset.default_sampler>`).
+A shuffle needs every key before the first one, so the first epoch starts by listing the
+whole prefix (one request per ``chunk_size`` keys: a million keys at 1,000 per page is a
+thousand round trips) and holds all keys in memory; the list is kept, sorted, for the
+sampler's life, and every epoch draws a new permutation of it. Objects added under the
+prefix later are not seen: build a new loader for them.
+
+Checkpoints: the state holds the generator's state and, once the keys are collected,
+their number and a digest of them; a loader resumed with a listing that no longer gives
+those keys fails with a ``ValueError`` instead of resuming at the wrong keys (a state
+taken during the first epoch, before the listing was collected, cannot tell: resume that
+over an unchanged prefix).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from aioload.samplers.builtin import GeneratorLike, _as_generator
+from aioload.samplers.state import (
+    _STATE_VERSION,
+    _check_generator_state,
+    _check_header,
+    _field,
+    _plain,
+    _seed_from,
+)
+
+__all__ = ["ShuffledListing"]
+
+_STATE_TYPE = "ShuffledListing"
+
+
+class _Collects(Protocol):
+    async def collect(self) -> list[str]: ...
+
+
+class ShuffledListing:
+    """An async sampler of a listing's keys in a new random order every epoch.
+
+    The keys are collected, and sorted, at the first iteration (see the module
+    docstring for what that costs) and kept.
+
+    Args:
+        listing: an :class:`~aioload.sources.ObjectListing` (anything with an async
+            ``collect()`` returning the keys).
+        generator: what the permutations are drawn from: a ``numpy.random.Generator``
+            (advanced every epoch; the loader's own with ``DataLoader(generator=...)``),
+            an int seed, a ``torch.Generator`` or None (one seed drawn from it, or from
+            the global state, when the sampler is made).
+
+    Example::
+
+        sampler = ShuffledListing(dataset.listing(), generator=0)
+        loader = DataLoader(dataset, sampler=sampler, batch_size=32)
+        # the same as DataLoader(dataset, shuffle=True, generator=0, batch_size=32)
+    """
+
+    def __init__(self, listing: _Collects, generator: GeneratorLike = None) -> None:
+        if not callable(getattr(listing, "collect", None)):
+            raise TypeError(f"listing should have an async collect(); got {listing!r}")
+        rng = _as_generator(generator)
+        self.listing = listing
+        self._rng = (
+            rng if isinstance(rng, np.random.Generator) else np.random.default_rng(_seed_from(rng))
+        )
+        self._keys: list[str] | None = None
+        self._digest: str | None = None
+        self._expected: tuple[int, str] | None = None  # from a loaded state
+
+    async def keys(self) -> list[str]:
+        """Every key of the listing, sorted: collected at the first call, then kept."""
+        if self._keys is None:
+            keys = sorted(await self.listing.collect())
+            digest = _digest(keys)
+            self._check(len(keys), digest)
+            self._keys, self._digest = keys, digest
+        return self._keys
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        keys = await self.keys()
+        for position in self._rng.permutation(len(keys)).tolist():
+            yield keys[position]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state and, once collected, the keys' count and digest (JSON)."""
+        return {
+            "type": _STATE_TYPE,
+            "version": _STATE_VERSION,
+            "in_progress": False,
+            "yielded": 0,
+            "generator": _plain(self._rng.bit_generator.state),
+            "keys": None if self._keys is None else len(self._keys),
+            "digest": self._digest,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`'s state: the next permutation is the one it led to.
+
+        Raises:
+            ValueError: a state of something else, or one whose keys are not this
+                listing's (once both are known).
+        """
+        _check_header(state, _STATE_TYPE, "yielded")
+        generator = _field(state, _STATE_TYPE, "generator", dict)
+        _check_generator_state(generator, _STATE_TYPE, self._rng)
+        count = _field(state, _STATE_TYPE, "keys", int, optional=True)
+        digest = _field(state, _STATE_TYPE, "digest", str, optional=True)
+        if (count is None) != (digest is None):
+            raise ValueError(f"{_STATE_TYPE} state has 'keys' and 'digest' both or neither")
+        expected = None if count is None or digest is None else (count, digest)
+        if expected is not None and self._keys is not None:
+            self._expected = expected
+            self._check(len(self._keys), _digest(self._keys))
+        self._expected = expected
+        self._rng.bit_generator.state = generator
+
+    def _check(self, count: int, digest: str) -> None:
+        expected = self._expected
+        if expected is not None and expected != (count, digest):
+            raise ValueError(
+                f"{self.listing!r} now lists {count} keys, not the {expected[0]} keys (or not "
+                "the same ones) it listed when the checkpoint was taken: resuming would not "
+                "continue the interrupted epoch; start a new one from a fresh loader"
+            )
+
+    def __repr__(self) -> str:
+        return f"ShuffledListing({self.listing!r})"
+
+
+def _digest(keys: list[str]) -> str:
+    hasher = hashlib.sha256()
+    for key in keys:
+        hasher.update(key.encode("utf-8", "surrogateescape"))
+        hasher.update(b"\x00")
+    return hasher.hexdigest()

@@ -1,0 +1,94 @@
+"""One GET of an object (whole, from an offset, or a byte range), its bytes as they arrive.
+
+Every reader of shard bytes goes through :func:`open_read`: a whole shard,
+the rest of one from a sample's offset, a ranged read of a run of samples or
+of a shuffle buffer's samples. Errors are translated once, naming the object
+(:func:`~aioload.sources.stores.store.raise_translated`), and every chunk is
+counted as bytes received from the store
+(:class:`~aioload.stats.source_counts.SourceCounter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import obstore
+
+from aioload.sources.stores.store import StoreLocation, raise_translated
+from aioload.stats.source_counts import SourceCounter
+
+__all__ = ["STREAM_CHUNK", "open_read", "read_bytes"]
+
+STREAM_CHUNK = 1 << 20  # bytes: the least obstore hands over at once while streaming
+
+
+async def open_read(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    counts: SourceCounter,
+    byte_range: int | tuple[int, int] = 0,
+    chunk_size: int = STREAM_CHUNK,
+) -> tuple[int, AsyncGenerator[bytes, None]]:
+    """The object's size and its bytes, as they arrive.
+
+    Args:
+        location: the object's store.
+        path: its path there.
+        url: its URL for messages (redacted).
+        counts: where the bytes received are counted.
+        byte_range: an offset (0: the whole object; ``-n``: its last ``n`` bytes,
+            or all of it if it is shorter) or ``(first, end)``, bytes ``first`` to
+            ``end - 1``.
+        chunk_size: the least bytes handed over at once.
+
+    Example::
+
+        size, chunks = await open_read(location, "train-000.tar", url, counts, 10240)
+    """
+    options: Any = None
+    if isinstance(byte_range, tuple):
+        options = {"range": byte_range}
+    elif byte_range < 0:
+        options = {"range": {"suffix": -byte_range}}
+    elif byte_range:
+        options = {"range": {"offset": byte_range}}
+    try:
+        result = await obstore.get_async(location.store, path, options=options)
+        chunks = aiter(result.stream(min_chunk_size=chunk_size))
+    except Exception as error:
+        raise_translated(error, url)
+    return int(result.meta["size"]), _received(chunks, url, counts)
+
+
+async def _received(
+    chunks: AsyncIterator[bytes], url: str, counts: SourceCounter
+) -> AsyncGenerator[bytes, None]:
+    while True:
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except Exception as error:
+            raise_translated(error, url)
+        counts.received(len(chunk))
+        yield chunk
+
+
+async def read_bytes(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    counts: SourceCounter,
+    byte_range: int | tuple[int, int] = 0,
+) -> tuple[int, bytes]:
+    """The object's size and the bytes of ``byte_range`` (see :func:`open_read`), joined.
+
+    Example::
+
+        size, tail = await read_bytes(location, "part-0.parquet", url, counts, -65536)
+    """
+    size, chunks = await open_read(location, path, url, counts, byte_range)
+    parts = [chunk async for chunk in chunks]
+    return size, bytes(parts[0]) if len(parts) == 1 else b"".join(parts)

@@ -316,6 +316,8 @@ def _crafted(draw: st.DrawFn) -> bytes:
     return bytes(block) + body + b"\x00" * (-len(body) % 512)
 
 
+# One corruption of a shard, for ``mutate``: a flipped byte, a cut, a crafted header spliced
+# over a block or inserted before one.
 SHARD_MUTATION = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, 2**20), st.integers(1, 255)),
     st.tuples(st.just("truncate"), st.integers(0, 2**20), st.just(0)),
@@ -325,6 +327,7 @@ SHARD_MUTATION = st.one_of(
 
 
 def mutate(data: bytes, operations: list[tuple[str, int, Any]]) -> bytes:
+    """``data`` (a shard) with ``operations`` (drawn from ``SHARD_MUTATION``) applied in turn."""
     shard = bytearray(data)
     for kind, where, what in operations:
         if kind == "flip" and shard:

@@ -23,6 +23,7 @@ from aioload.data.datasets import (
     TensorDataset,
     random_split,
 )
+from aioload.data.protocol import DatasetProtocol, inspect_dataset
 from aioload.data.row_block import RowBlock
 from aioload.data.shared_list import SharedList
 from aioload.errors import (
@@ -37,7 +38,6 @@ from aioload.faults.guard import StreamGuard
 from aioload.faults.policy import FaultPolicy, RetryPolicy, SkippedItem
 from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, DataLoader
 from aioload.ranks import rank_and_world_size, split_by_rank_and_worker
-from aioload.read.fetch import DatasetProtocol, inspect_dataset
 from aioload.samplers.builtin import (
     BatchSampler,
     DistributedSampler,

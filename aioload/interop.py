@@ -34,7 +34,7 @@ import numpy as np
 
 from aioload.collate.core import default_collate, default_convert, rebuild_mapping, rebuild_sequence
 
-__all__ = ["to_torch", "torch_collate", "torch_convert"]
+__all__ = ["import_torch", "to_torch", "torch_collate", "torch_convert"]
 
 # dtype kinds torch has no tensor for: strings, bytes, objects, void, datetimes.
 _NOT_NUMERIC = frozenset("USOVMm")
@@ -42,7 +42,13 @@ _NOT_NUMERIC = frozenset("USOVMm")
 ReadOnly = Literal["copy", "share"]
 
 
-def _torch() -> Any:
+def import_torch() -> Any:
+    """The ``torch`` module, imported; without torch, an ``ImportError`` saying what to install.
+
+    Example::
+
+        torch = import_torch()
+    """
     try:
         import torch
     except ImportError as error:
@@ -138,7 +144,7 @@ def to_torch(batch: Any, *, readonly: ReadOnly = "copy") -> Any:
     """
     if readonly not in ("copy", "share"):
         raise ValueError(f"readonly should be 'copy' or 'share'; got {readonly!r}")
-    return _convert(_torch(), batch, readonly)
+    return _convert(import_torch(), batch, readonly)
 
 
 def torch_collate(batch: Sequence[Any]) -> Any:

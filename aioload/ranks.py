@@ -31,6 +31,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from aioload.checks import is_int
 from aioload.worker_info import get_worker_info
 
 __all__ = [
@@ -136,9 +137,9 @@ def rank_and_world_size(rank: int | None = None, world_size: int | None = None) 
     if rank is None:
         rank = launcher_rank()
         rank = 0 if rank is None else rank
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if not is_int(world_size) or world_size < 1:
         raise ValueError(f"world_size should be a positive integer; got {world_size!r}")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    if not is_int(rank) or not 0 <= rank < world_size:
         raise ValueError(f"rank should be an integer in [0, {world_size - 1}]; got {rank!r}")
     return rank, world_size
 

@@ -37,7 +37,7 @@ from aioload.data.datasets import (
     TensorDataset,
     random_split,
 )
-from aioload.interop import _torch, to_torch, torch_collate, torch_convert
+from aioload.interop import import_torch, to_torch, torch_collate, torch_convert
 from aioload.loader import DataLoader as _NumpyDataLoader
 from aioload.samplers.builtin import (
     BatchSampler,
@@ -74,7 +74,7 @@ __all__ = [
     "to_torch",
 ]
 
-_torch()  # imports torch: a missing torch fails here, saying what to install
+import_torch()  # imports torch: a missing torch fails here, saying what to install
 
 T_co = TypeVar("T_co", covariant=True)
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_sources_tar import _OPERATION, SEEDS, _mutate, cpu_deadline, drive, in_chunks, parse
+from test_sources_tar import SEEDS, SHARD_MUTATION, cpu_deadline, drive, in_chunks, mutate, parse
 from test_sources_tar import WHERE as SHARD
 
 from aioload.sources import ShardIndex, ShardIndexError, ShardWriter, TarFormatError
@@ -286,13 +286,13 @@ def test_scan_raises_on_duplicate_fields_as_grouping_does() -> None:
 )
 @given(
     seed=st.sampled_from(range(len(SEEDS))),
-    operations=st.lists(_OPERATION, max_size=3),
+    operations=st.lists(SHARD_MUTATION, max_size=3),
     chunk=st.sampled_from([1, 511, 512, 4096, 1 << 20]),
 )
 def test_the_scan_fails_where_reading_fails_and_its_ranges_read_alike(
     seed: int, operations: list[tuple[str, int, Any]], chunk: int
 ) -> None:
-    data = _mutate(SEEDS[seed][0], operations)
+    data = mutate(SEEDS[seed][0], operations)
     with cpu_deadline(2.0):
         try:
             whole = parse(data, chunk, samples=True)

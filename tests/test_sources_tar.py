@@ -316,7 +316,9 @@ def _crafted(draw: st.DrawFn) -> bytes:
     return bytes(block) + body + b"\x00" * (-len(body) % 512)
 
 
-_OPERATION = st.one_of(
+# One corruption of a shard, for ``mutate``: a flipped byte, a cut, a crafted header spliced
+# over a block or inserted before one.
+SHARD_MUTATION = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, 2**20), st.integers(1, 255)),
     st.tuples(st.just("truncate"), st.integers(0, 2**20), st.just(0)),
     st.tuples(st.just("splice"), st.integers(0, 64), _crafted()),
@@ -324,7 +326,8 @@ _OPERATION = st.one_of(
 )
 
 
-def _mutate(data: bytes, operations: list[tuple[str, int, Any]]) -> bytes:
+def mutate(data: bytes, operations: list[tuple[str, int, Any]]) -> bytes:
+    """``data`` (a shard) with ``operations`` (drawn from ``SHARD_MUTATION``) applied in turn."""
     shard = bytearray(data)
     for kind, where, what in operations:
         if kind == "flip" and shard:
@@ -353,14 +356,14 @@ _DATABASE: dict[str, Any] = {} if _LONG_RUN else {"database": None}
 )
 @given(
     seed=st.sampled_from(range(len(SEEDS))),
-    operations=st.lists(_OPERATION, min_size=1, max_size=4),
+    operations=st.lists(SHARD_MUTATION, min_size=1, max_size=4),
     chunk=st.sampled_from([1, 7, 511, 512, 513, 4096, 1 << 20]),
     samples=st.booleans(),
 )
 def test_damaged_shards_raise_tar_format_error_or_parse(
     seed: int, operations: list[tuple[str, int, Any]], chunk: int, samples: bool
 ) -> None:
-    data = _mutate(SEEDS[seed][0], operations)
+    data = mutate(SEEDS[seed][0], operations)
     try:
         with cpu_deadline(2.0):
             found = parse(data, chunk, samples)

@@ -51,9 +51,9 @@ from typing import Any, Literal
 from aioload.backends.base import Outcome
 from aioload.backends.processes.wire import outcome_to_wire
 from aioload.backends.processes.worker import seed_generators
+from aioload.data.protocol import inspect_dataset
 from aioload.eventloop import new_event_loop
 from aioload.read.eager import ItemPool
-from aioload.read.fetch import inspect_dataset
 from aioload.read.reader import BatchReader, WorkerSetup
 from aioload.worker_info import WorkerInfo, set_thread_worker_info
 

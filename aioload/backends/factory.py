@@ -39,8 +39,8 @@ from aioload.backends.processes.start_method import (
     worker_start,
 )
 from aioload.data.epochs import dataset_epochs
+from aioload.data.protocol import DatasetProtocol
 from aioload.pipeline.checkpoint import EpochPlan
-from aioload.read.fetch import DatasetProtocol
 from aioload.read.reader import BatchReader, WorkerSetup
 from aioload.stats.recorder import EpochRecorder
 

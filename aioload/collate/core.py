@@ -31,18 +31,18 @@ from typing import Any
 import numpy as np
 
 from aioload.collate.errors import (
-    _FIELD_SLOT,
+    FIELD_SLOT,
     CollateTypeError,
-    _entry,
-    _in_field,
-    _located,
-    _raise_if_not_all,
-    _unsupported,
     default_collate_err_msg_format,
+    entry_slot,
+    located_error,
+    prepend_field,
+    raise_if_not_all,
+    unsupported_type_error,
 )
 from aioload.collate.fns import (
     Allocator,
-    _CollateFnMap,
+    CollateFnMap,
     collate_float_fn,
     collate_int_fn,
     collate_into,
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 
-def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None) -> Any:
+def collate(batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     r"""Collate a batch whose elements may be nested containers, dispatching on a registry.
 
     The first element's type selects a function from ``collate_fn_map``: the entry for exactly
@@ -132,7 +132,7 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
         if fn is not None:
             return fn(batch, collate_fn_map=collate_fn_map)
 
-    # The try blocks cost nothing until an error, which they locate (see _in_field).
+    # The try blocks cost nothing until an error, which they locate (see prepend_field).
     if isinstance(elem, collections.abc.Mapping):
         values: dict[Any, Any] = {}
         name: Any = None
@@ -140,8 +140,8 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
             for name in elem:
                 values[name] = collate([d[name] for d in batch], collate_fn_map=collate_fn_map)
         except Exception as error:
-            if not _in_field(error, f"[{name!r}]"):
-                _raise_if_not_all(batch, collections.abc.Mapping, error)
+            if not prepend_field(error, f"[{name!r}]"):
+                raise_if_not_all(batch, collections.abc.Mapping, error)
             raise
         return rebuild_mapping(elem, values)
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
@@ -151,7 +151,7 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
             for field in fields:
                 out.append(collate(field, collate_fn_map=collate_fn_map))
         except Exception as error:
-            _in_field(error, f".{elem._fields[len(out)]}")
+            prepend_field(error, f".{elem._fields[len(out)]}")
             raise
         return elem_type(*out)
     if isinstance(elem, collections.abc.Sequence) and not isinstance(elem, str | bytes):
@@ -161,13 +161,13 @@ def collate(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
             for column in columns:
                 out.append(collate(column, collate_fn_map=collate_fn_map))
         except Exception as error:
-            _in_field(error, f"[{len(out)}]")
+            prepend_field(error, f"[{len(out)}]")
             raise
         if isinstance(elem, tuple):
             return out
         return rebuild_sequence(elem, out)
 
-    raise _unsupported(elem_type, 0)
+    raise unsupported_type_error(elem_type, 0)
 
 
 def default_collate(batch: Sequence[Any]) -> Any:
@@ -284,17 +284,17 @@ def _transpose(batch: Sequence[Any]) -> list[tuple[Any, ...]]:
     try:
         return list(zip(*batch, strict=True))
     except TypeError as exc:
-        _raise_if_not_all(batch, collections.abc.Sequence, exc)
+        raise_if_not_all(batch, collections.abc.Sequence, exc)
         raise
     except ValueError:
         sizes = [len(sample) for sample in batch]
         if len(set(sizes)) == 1:
             raise
         entry = next(i for i, size in enumerate(sizes) if size != sizes[0])
-        raise _located(
+        raise located_error(
             RuntimeError,
-            f"each element in list of batch should be of equal size{_FIELD_SLOT}: {_entry(0)} "
-            f"has {sizes[0]} elements and {_entry(entry)} has {sizes[entry]}",
+            f"each element in list of batch should be of equal size{FIELD_SLOT}: {entry_slot(0)} "
+            f"has {sizes[0]} elements and {entry_slot(entry)} has {sizes[entry]}",
         ) from None
 
 

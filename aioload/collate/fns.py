@@ -15,22 +15,23 @@ import contextlib
 import contextvars
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from aioload.collate.errors import (
-    _FIELD_SLOT,
+    FIELD_SLOT,
     CollateTypeError,
-    _entry,
-    _int64_overflow,
-    _located,
-    _ragged_error,
-    _unsupported,
+    entry_slot,
+    int64_overflow_error,
+    located_error,
+    ragged_shapes_error,
+    unsupported_type_error,
 )
 
 __all__ = [
     "Allocator",
+    "CollateFnMap",
     "collate_float_fn",
     "collate_int_fn",
     "collate_into",
@@ -43,9 +44,11 @@ __all__ = [
     "tensor_leaves_fn_map",
 ]
 
-# Keys are types or tuples of types. Typed Any because Mapping is invariant in its key type, so
-# a user's ``{MyType: fn}`` (a dict[type[MyType], ...]) would not type-check otherwise.
-_CollateFnMap = Mapping[Any, Callable[..., Any]]
+# Typed Any because Mapping is invariant in its key type, so a user's ``{MyType: fn}`` (a
+# dict[type[MyType], ...]) would not type-check otherwise.
+CollateFnMap: TypeAlias = Mapping[Any, Callable[..., Any]]
+"""A ``collate_fn_map``: a type (or a tuple of types) to the function that collates a batch of
+its values, as :data:`default_collate_fn_map`."""
 
 # Array kinds torch refuses to collate: bytes, unicode and object (torch's pattern "[SaUO]").
 _STR_OBJ_KINDS = frozenset("SUO")
@@ -54,7 +57,7 @@ _NUMERIC_KINDS = frozenset("biufcmM")
 
 
 def collate_numpy_array_fn(
-    batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
+    batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None
 ) -> np.ndarray[Any, Any]:
     """Stack a batch of equally shaped numpy arrays into one new array (a new leading axis).
 
@@ -64,7 +67,7 @@ def collate_numpy_array_fn(
     """
     elem = batch[0]
     if elem.dtype.kind in _STR_OBJ_KINDS:
-        raise _unsupported(elem.dtype, 0)
+        raise unsupported_type_error(elem.dtype, 0)
     try:
         if type(elem) is np.ndarray:
             allocate = _allocator.get()
@@ -84,7 +87,7 @@ def collate_numpy_array_fn(
             raise
         raise error from exc
     if out.dtype.kind in _STR_OBJ_KINDS:  # e.g. None or a str next to 0-d arrays
-        raise _array_batch_error(batch, collate_fn_map) or _unsupported(out.dtype, 0)
+        raise _array_batch_error(batch, collate_fn_map) or unsupported_type_error(out.dtype, 0)
     return out
 
 
@@ -133,7 +136,7 @@ def _stack_into(
 
 
 def collate_numpy_scalar_fn(
-    batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
+    batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None
 ) -> np.ndarray[Any, Any]:
     """Collate numpy scalars (``np.float32(1)``, ``np.bool_(True)``, ...) into an array of their
     dtype."""
@@ -141,7 +144,7 @@ def collate_numpy_scalar_fn(
 
 
 def collate_float_fn(
-    batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
+    batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None
 ) -> np.ndarray[Any, Any]:
     """Collate Python floats into a ``float64`` array."""
     out = _numeric_array(batch, collate_fn_map)
@@ -149,26 +152,26 @@ def collate_float_fn(
 
 
 def collate_int_fn(
-    batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
+    batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None
 ) -> np.ndarray[Any, Any]:
     """Collate Python ints into an ``int64`` array (all-``bool`` batches into a ``bool`` array;
     an int mixed with floats promotes to ``float64``)."""
     out = _numeric_array(batch, collate_fn_map)
     # NumPy turns ints beyond int64 into uint64, or float64 next to negative ones: lossy.
     if out.dtype.kind in "uf" and _all_ints(batch):
-        raise _int64_overflow(batch)
+        raise int64_overflow_error(batch)
     if out.dtype.kind == "i" and out.dtype != np.int64:
         # NumPy 1.x on Windows infers int32; the documented dtype is int64 everywhere.
         out = out.astype(np.int64)
     return out
 
 
-def collate_str_fn(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None) -> Any:
+def collate_str_fn(batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     """Return a batch of ``str`` or ``bytes`` unchanged."""
     return batch
 
 
-def collate_tensor_fn(batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None) -> Any:
+def collate_tensor_fn(batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     """Stack a batch of torch tensors with ``torch.stack`` (torch is imported only here).
 
     Under :func:`collate_into` (in a worker process) large CPU tensors are stacked into the
@@ -247,7 +250,7 @@ def holds_torch_tensor(sample: Any) -> bool:
 
 def _as_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def collate_as_tensor(
-        batch: Sequence[Any], *, collate_fn_map: _CollateFnMap | None = None
+        batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None
     ) -> Any:
         out = fn(batch, collate_fn_map=collate_fn_map)
         try:
@@ -259,7 +262,7 @@ def _as_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return collate_as_tensor
 
 
-def tensor_leaves_fn_map(fn_map: _CollateFnMap) -> dict[Any, Callable[..., Any]]:
+def tensor_leaves_fn_map(fn_map: CollateFnMap) -> dict[Any, Callable[..., Any]]:
     """``fn_map`` with the built-in numeric functions turning their arrays into tensors.
 
     What :func:`~aioload.collate.core.default_collate` uses for a batch whose samples hold torch
@@ -286,7 +289,7 @@ called as ``fn(batch, collate_fn_map=...)``."""
 
 
 def _numeric_array(
-    batch: Sequence[Any], collate_fn_map: _CollateFnMap | None
+    batch: Sequence[Any], collate_fn_map: CollateFnMap | None
 ) -> np.ndarray[Any, Any]:
     try:
         out = np.array(batch)
@@ -295,26 +298,26 @@ def _numeric_array(
     if out.dtype.kind in _NUMERIC_KINDS:
         return out
     if _all_ints(batch):
-        raise _int64_overflow(batch)
+        raise int64_overflow_error(batch)
     raise _number_batch_error(batch, collate_fn_map)
 
 
 _NUMBER_TYPES = (int, float, complex, np.bool_, np.number, np.datetime64, np.timedelta64)
 
 
-def _number_batch_error(batch: Sequence[Any], collate_fn_map: _CollateFnMap | None) -> TypeError:
+def _number_batch_error(batch: Sequence[Any], collate_fn_map: CollateFnMap | None) -> TypeError:
     for i, x in enumerate(batch):
         if not isinstance(x, _NUMBER_TYPES):
             if not _collatable(x, collate_fn_map):
-                return _unsupported(type(x), i, CollateTypeError)
-            return _located(
+                return unsupported_type_error(type(x), i, CollateTypeError)
+            return located_error(
                 TypeError,
                 "collate: a batch of numbers must hold only numbers; "
-                f"found {type(x)}{_FIELD_SLOT} at {_entry(i)}",
+                f"found {type(x)}{FIELD_SLOT} at {entry_slot(i)}",
             )
     found = ", ".join(sorted({type(x).__name__ for x in batch}))
-    return _located(
-        TypeError, f"collate: a batch of numbers must hold only numbers; found {found}{_FIELD_SLOT}"
+    return located_error(
+        TypeError, f"collate: a batch of numbers must hold only numbers; found {found}{FIELD_SLOT}"
     )
 
 
@@ -322,7 +325,7 @@ def _all_ints(batch: Sequence[Any]) -> bool:
     return all(isinstance(x, int | np.integer) for x in batch)
 
 
-def _collatable(x: Any, collate_fn_map: _CollateFnMap | None) -> bool:
+def _collatable(x: Any, collate_fn_map: CollateFnMap | None) -> bool:
     """Whether ``collate`` has a rule for ``x``: a registered type or a container."""
     fn_map = default_collate_fn_map if collate_fn_map is None else collate_fn_map
     if type(x) in fn_map or any(isinstance(x, key) for key in fn_map):
@@ -333,19 +336,19 @@ def _collatable(x: Any, collate_fn_map: _CollateFnMap | None) -> bool:
 
 
 def _array_batch_error(
-    batch: Sequence[Any], collate_fn_map: _CollateFnMap | None
+    batch: Sequence[Any], collate_fn_map: CollateFnMap | None
 ) -> Exception | None:
     """Why a batch of arrays cannot be stacked: an uncollatable entry, a shape or a dtype."""
     for i, x in enumerate(batch):
         if not _collatable(x, collate_fn_map):
-            return _unsupported(type(x), i, CollateTypeError)
-    ragged = _ragged_error(batch)
+            return unsupported_type_error(type(x), i, CollateTypeError)
+    ragged = ragged_shapes_error(batch)
     if ragged is not None:
         return ragged
     for i, x in enumerate(batch):
         dtype = getattr(x, "dtype", None)
         if dtype is not None and dtype.kind in _STR_OBJ_KINDS:
-            return _unsupported(dtype, i)
+            return unsupported_type_error(dtype, i)
     return None
 
 

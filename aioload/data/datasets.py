@@ -3,7 +3,7 @@
 The classes mirror ``torch.utils.data``'s, over numpy and without torch, and
 accept coroutine-based datasets too: a map-style dataset may define
 ``async def __getitem__`` (and/or ``async def __getitems__``), an iterable one
-may define ``__aiter__``. :mod:`aioload.read.fetch` tells the loader which protocol a
+may define ``__aiter__``. :mod:`aioload.data.protocol` tells the loader which protocol a
 dataset speaks.
 
 As in torch, subclassing is optional: any object with ``__getitem__`` is a
@@ -25,15 +25,15 @@ from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
+from aioload.checks import is_integral
 from aioload.data.iterable import (
     ChainDataset,
     IterableDataset,
-    _has_len,
-    _is_iterable_dataset,
-    _len,
+    has_len,
+    is_iterable_dataset,
 )
 from aioload.errors import DatasetKindError
-from aioload.samplers.builtin import GeneratorLike, _as_generator, _split_order
+from aioload.samplers.builtin import GeneratorLike, as_generator, split_order
 
 __all__ = [
     "ArrayDataset",
@@ -44,6 +44,7 @@ __all__ = [
     "StackDataset",
     "Subset",
     "TensorDataset",
+    "getitem_is_async",
     "random_split",
 ]
 
@@ -104,7 +105,7 @@ class Dataset(Generic[T_co]):
 def _as_rows(array: Any) -> int:
     shape = getattr(array, "shape", None)
     if shape is None:
-        if not _has_len(array):
+        if not has_len(array):
             raise TypeError(
                 "ArrayDataset needs arrays (objects with a shape or a length); "
                 f"got {type(array).__name__}"
@@ -221,13 +222,13 @@ class StackDataset(Dataset[T_stack]):
         if not members:
             raise ValueError("At least one dataset should be passed")
         for member in members:
-            if _is_iterable_dataset(member) or not _has_len(member):
+            if is_iterable_dataset(member) or not has_len(member):
                 raise TypeError(
                     f"StackDataset members must be map-style datasets with a length; "
                     f"got {type(member).__name__}"
                 )
-        self._length = _len(members[0])
-        if any(_len(m) != self._length for m in members):
+        self._length = len(members[0])
+        if any(len(m) != self._length for m in members):
             raise ValueError("Size mismatch between datasets")
         self.datasets = tuple(args) if args else dict(kwargs)
         self._keys: list[str] | None = None if args else list(kwargs)
@@ -298,13 +299,28 @@ def _check_column_length(column: Any, size: int) -> None:
 def _reads_are_async(dataset: Any) -> bool:
     """Whether reading ``dataset`` by key or by batch may give awaitables."""
     getitems = getattr(type(dataset), "__getitems__", None)
-    if _getitem_is_async(dataset) or inspect.iscoroutinefunction(getitems):
+    if getitem_is_async(dataset) or inspect.iscoroutinefunction(getitems):
         return True
     # Subset.__getitems__ forwards to the parent's, which may be async.
     return isinstance(dataset, Subset) and _reads_are_async(dataset.dataset)
 
 
-def _getitem_is_async(dataset: Any) -> bool:
+def getitem_is_async(dataset: Any) -> bool:
+    """Whether ``dataset[key]`` may give an awaitable: an ``async def __getitem__``, or a
+    :class:`ConcatDataset`, :class:`StackDataset` or :class:`Subset` over an async member.
+
+    Args:
+        dataset: a map-style dataset.
+
+    Example::
+
+        >>> class Remote:
+        ...     async def __getitem__(self, key): ...
+        >>> getitem_is_async(Remote()), getitem_is_async(Subset(Remote(), [0]))
+        (True, True)
+        >>> getitem_is_async([1, 2])
+        False
+    """
     # A subclass's own ``async def __getitem__`` counts as much as async members do.
     method = getattr(type(dataset), "__getitem__", None)
     if method is not None and inspect.iscoroutinefunction(method):
@@ -312,7 +328,7 @@ def _getitem_is_async(dataset: Any) -> bool:
     if isinstance(dataset, (ConcatDataset, StackDataset)):
         return dataset._async
     if isinstance(dataset, Subset):
-        return _getitem_is_async(dataset.dataset)
+        return getitem_is_async(dataset.dataset)
     return False
 
 
@@ -343,7 +359,7 @@ class ConcatDataset(Dataset[T_co]):
         totals: list[int] = []
         running = 0
         for member in sequence:
-            running += _len(member)
+            running += len(member)
             totals.append(running)
         return totals
 
@@ -352,17 +368,17 @@ class ConcatDataset(Dataset[T_co]):
         if not self.datasets:
             raise ValueError("datasets should not be an empty iterable")
         for member in self.datasets:
-            if _is_iterable_dataset(member):
+            if is_iterable_dataset(member):
                 raise DatasetKindError(
                     "ConcatDataset does not support IterableDataset members "
                     f"(got {type(member).__name__}); use ChainDataset for iterable datasets"
                 )
-            if not _has_len(member):
+            if not has_len(member):
                 raise TypeError(
                     f"ConcatDataset members need a length; {type(member).__name__} has no __len__"
                 )
         self.cumulative_sizes = self.cumsum(self.datasets)
-        self._async = any(_getitem_is_async(m) for m in self.datasets)
+        self._async = any(getitem_is_async(m) for m in self.datasets)
 
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
@@ -471,7 +487,7 @@ def random_split(
         raise TypeError(f"lengths must be a sequence of ints or floats; got {lengths!r}")
     if not lengths:
         raise ValueError("lengths must not be empty")
-    n = _len(dataset)
+    n = len(dataset)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         lengths = _fractions_to_lengths(lengths, n)
     elif any(isinstance(x, float) for x in lengths):
@@ -480,7 +496,7 @@ def random_split(
             f"summing to 1; got {list(lengths)!r} (sum {sum(lengths)})"
         )
     for length in lengths:
-        if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+        if not is_integral(length):
             raise TypeError(f"lengths must be all ints or all fractions; got {list(lengths)!r}")
         if length < 0:
             raise ValueError(f"lengths must not be negative; got {list(lengths)!r}")
@@ -489,7 +505,7 @@ def random_split(
             "Sum of input lengths does not equal the length of the input dataset! "
             f"(lengths {list(lengths)} sum to {sum(lengths)}, the dataset has {n} items)"
         )
-    order = _split_order(n, _as_generator(generator))
+    order = split_order(n, as_generator(generator))
     splits: list[Subset[Any]] = []
     start = 0
     for length in lengths:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aioload.checks import is_int
+
 __all__ = ["DatasetEpochs", "dataset_epochs", "set_dataset_epochs"]
 
 Step = str | int
@@ -37,7 +39,7 @@ def _epoch_of(dataset: Any) -> int | None:
     if not callable(getattr(dataset, "set_epoch", None)):
         return None
     epoch = getattr(dataset, "epoch", None)
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+    return epoch if is_int(epoch) else None
 
 
 def _inner(dataset: Any) -> list[tuple[Step, Any]]:

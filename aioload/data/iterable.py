@@ -2,8 +2,8 @@
 
 :class:`IterableDataset` is the base of a stream (``__iter__`` or ``__aiter__``) and
 :class:`ChainDataset` runs several one after the other. Also here, for the map-style
-datasets (:mod:`aioload.data.datasets`) and the fetcher (:mod:`aioload.read.fetch`) too: how a
-dataset is told to be iterable-style (:func:`_is_iterable_dataset`: an ``IterableDataset``, or an
+datasets (:mod:`aioload.data.datasets`) and the protocol check (:mod:`aioload.data.protocol`): how
+a dataset is told to be iterable-style (:func:`is_iterable_dataset`: an ``IterableDataset``, or an
 object with ``__iter__`` or ``__aiter__`` but no ``__getitem__``) and whether it has a
 length. Both classes are importable from :mod:`aioload.data.datasets`.
 """
@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from aioload.errors import DatasetKindError
 
-__all__ = ["ChainDataset", "IterableDataset"]
+__all__ = ["ChainDataset", "IterableDataset", "has_len", "is_iterable_dataset"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -43,7 +43,18 @@ class IterableDataset(Generic[T_co]):
         return ChainDataset([self, other])
 
 
-def _is_iterable_dataset(dataset: Any) -> bool:
+def is_iterable_dataset(dataset: Any) -> bool:
+    """Whether ``dataset`` is iterable-style: an :class:`IterableDataset`, or an object with
+    ``__iter__`` or ``__aiter__`` but no ``__getitem__`` (a list is map-style).
+
+    Args:
+        dataset: any object given as a dataset.
+
+    Example::
+
+        >>> is_iterable_dataset(iter([1, 2])), is_iterable_dataset([1, 2])
+        (True, False)
+    """
     if isinstance(dataset, IterableDataset):
         return True
     kind = type(dataset)
@@ -52,12 +63,18 @@ def _is_iterable_dataset(dataset: Any) -> bool:
     )
 
 
-def _has_len(obj: Any) -> bool:
+def has_len(obj: Any) -> bool:
+    """Whether ``obj``'s type defines ``__len__`` (asked of the type, as ``len()`` does).
+
+    Args:
+        obj: a dataset, a member of one, or an array.
+
+    Example::
+
+        >>> has_len([1]), has_len(iter([1]))
+        (True, False)
+    """
     return hasattr(type(obj), "__len__")
-
-
-def _len(obj: Any) -> int:
-    return len(obj)
 
 
 class ChainDataset(IterableDataset[Any]):
@@ -76,7 +93,7 @@ class ChainDataset(IterableDataset[Any]):
     def __init__(self, datasets: Iterable[Any]) -> None:
         self.datasets = list(datasets)
         for member in self.datasets:
-            if not (_is_iterable_dataset(member) or hasattr(type(member), "__iter__")):
+            if not (is_iterable_dataset(member) or hasattr(type(member), "__iter__")):
                 raise DatasetKindError(
                     "ChainDataset only supports IterableDataset and other iterable datasets; "
                     f"got {type(member).__name__}"
@@ -103,7 +120,7 @@ class ChainDataset(IterableDataset[Any]):
     def __len__(self) -> int:
         total = 0
         for member in self.datasets:
-            if not _has_len(member):
+            if not has_len(member):
                 raise TypeError(f"{type(member).__name__} has no __len__")
-            total += _len(member)
+            total += len(member)
         return total

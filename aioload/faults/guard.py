@@ -62,8 +62,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aioload.faults.policy import FaultPolicy
-from aioload.faults.retrier import Retrier, Skip
+from aioload.faults.policy import FaultPolicy, Skip
+from aioload.faults.retrier import Retrier
 
 __all__ = ["StreamGuard", "can_guard", "check_stream_policy"]
 

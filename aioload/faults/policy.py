@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aioload.checks import is_int, is_real
 from aioload.errors import ItemTimeoutError, TooManySkippedError
 
 __all__ = [
     "FaultPolicy",
     "ItemTimeoutError",
     "RetryPolicy",
+    "Skip",
     "SkipLog",
     "SkippedItem",
     "TooManySkippedError",
@@ -47,14 +48,6 @@ __all__ = [
 logger = logging.getLogger("aioload")
 
 ON_ERROR_CHOICES = ("raise", "skip")
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _exception_types(retry_on: Any) -> tuple[type[Exception], ...] | None:
@@ -107,14 +100,14 @@ class RetryPolicy:
     )
 
     def __post_init__(self) -> None:
-        if not _is_int(self.attempts) or self.attempts < 1:
+        if not is_int(self.attempts) or self.attempts < 1:
             raise ValueError(
                 "RetryPolicy.attempts should be a positive integer (attempts in all, "
                 f"the first one included; 1 means no retries); got {self.attempts!r}"
             )
         for name in ("backoff", "max_backoff"):
             value = getattr(self, name)
-            if not _is_real(value) or not math.isfinite(value) or value < 0:
+            if not is_real(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(
                     f"RetryPolicy.{name} should be a finite number of seconds >= 0; got {value!r}"
                 )
@@ -207,6 +200,26 @@ class SkippedItem:
         return f"key {self.key!r}{where}: {self.reason} ({self.attempts} attempt{plural}{worker})"
 
 
+class Skip:
+    """A marker that stands in a result list, or a stream, where ``on_error='skip'`` gave an
+    item up; the reader drops it from the batch and keeps its :class:`SkippedItem`.
+
+    Args:
+        record: what was skipped, and why.
+
+    Example::
+
+        >>> marker = Skip(SkippedItem.from_error(7, KeyError("missing"), attempts=1))
+        >>> print(marker.record)
+        key 7: builtins.KeyError: 'missing' (1 attempt)
+    """
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: SkippedItem) -> None:
+        self.record = record
+
+
 @dataclass(frozen=True)
 class FaultPolicy:
     """What a loader does when an item fails (see the module docstring).
@@ -243,7 +256,7 @@ class FaultPolicy:
             )
         timeout = self.item_timeout
         if timeout is not None and (
-            not _is_real(timeout) or not math.isfinite(timeout) or timeout <= 0
+            not is_real(timeout) or not math.isfinite(timeout) or timeout <= 0
         ):
             raise ValueError(
                 f"item_timeout should be a positive number of seconds or None; got {timeout!r}"
@@ -261,7 +274,7 @@ class FaultPolicy:
                 f"max_skipped={limit!r} needs on_error='skip' (with on_error='raise' nothing "
                 "is skipped)"
             )
-        if _is_int(limit):
+        if is_int(limit):
             if limit < 0:
                 raise ValueError(f"max_skipped should be a count >= 0 or a fraction; got {limit}")
         elif isinstance(limit, float):
@@ -287,8 +300,8 @@ class FaultPolicy:
         A fraction needs ``items``; it rounds down.
         """
         limit = self.max_skipped
-        if limit is None or _is_int(limit):
-            return limit  # type: ignore[return-value]
+        if limit is None or is_int(limit):
+            return limit
         if items is None:
             raise ValueError(
                 f"max_skipped={limit!r} is a fraction of the epoch, whose length is unknown"

@@ -11,8 +11,8 @@ needs, once per reader (one per epoch, per worker):
   (:meth:`Retrier.attempts`), each attempt bounded by ``item_timeout`` where the caller
   asks (map-style items; nothing bounds one sample of a stream);
 - the retries since the last outcome (:meth:`Retrier.take_retries`, for ``loader.stats()``);
-- the skip markers (:class:`Skip`), and the reader's own count of skips against a
-  ``max_skipped`` count (:meth:`Retrier.count_skip`).
+- the skip markers (:class:`~aioload.faults.policy.Skip`), and the reader's own count of
+  skips against a ``max_skipped`` count (:meth:`Retrier.count_skip`).
 
 Map-style datasets are read through it by :class:`~aioload.read.fetch.GuardedFetcher`; a
 stream is handed a :class:`~aioload.faults.guard.StreamGuard`, which is a retrier with
@@ -44,20 +44,11 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from aioload.faults.policy import FaultPolicy, ItemTimeoutError, SkippedItem
+from aioload.faults.policy import FaultPolicy, ItemTimeoutError, Skip, SkippedItem
 
-__all__ = ["Attempted", "Retrier", "Skip"]
+__all__ = ["Attempted", "Retrier"]
 
 _ABANDON_SLICE = 0.05  # how often a wait for a sync attempt checks that the epoch still runs
-
-
-class Skip:
-    """Stands in a result list, or a stream, where ``on_error='skip'`` gave an item up."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: SkippedItem) -> None:
-        self.record = record
 
 
 class Attempted(NamedTuple):

@@ -60,6 +60,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from aioload.checks import is_int
 from aioload.collate.core import rebuild_mapping, rebuild_sequence
 from aioload.memory.buffers import Lease, mapping_address, size_class
 
@@ -191,7 +192,7 @@ class PinnedBufferPool:
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+        if not is_int(max_bytes):
             raise TypeError(
                 f"max_bytes should be an integer number of bytes, but got "
                 f"max_bytes={max_bytes!r} of type {type(max_bytes).__name__}"

@@ -21,10 +21,10 @@ from typing import Any
 
 from aioload.backends.executor import check_executor, executor_size
 from aioload.backends.inline import THREADS_FOR_THREAD_SAFE
+from aioload.data.protocol import DatasetProtocol, inspect_dataset
 from aioload.faults.guard import check_stream_policy
 from aioload.faults.policy import FaultPolicy, RetryPolicy
-from aioload.read.fetch import DatasetProtocol, inspect_dataset
-from aioload.samplers.builtin import BatchSampler, RandomSampler, SequentialSampler, _as_generator
+from aioload.samplers.builtin import BatchSampler, RandomSampler, SequentialSampler, as_generator
 from aioload.samplers.offered import offered_sampler
 from aioload.samplers.shuffling import Rng
 
@@ -208,7 +208,7 @@ def check_arguments(
                 f"drop_last should be a boolean value, but got drop_last={drop_last!r}"
             )
 
-    rng = _as_generator(generator)
+    rng = as_generator(generator)
     offered = False
     if not protocol.iterable:
         if sampler is None and batch_sampler is None:

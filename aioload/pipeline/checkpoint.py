@@ -31,19 +31,20 @@ from typing import Any
 
 import numpy as np
 
+from aioload.checks import is_int
 from aioload.pipeline.received import Received
 from aioload.samplers.builtin import BatchSampler
 from aioload.samplers.shuffling import Rng
 from aioload.samplers.state import (
     TORCH_GENERATOR,
-    _check_generator_state,
-    _check_torch_generator_state,
-    _plain,
-    _Resumable,
-    _seed_from,
-    _set_torch_generator_state,
-    _stateful,
-    _torch_generator_state,
+    ResumableSampler,
+    check_generator_state,
+    check_torch_generator_state,
+    is_stateful,
+    plain_json,
+    seed_from,
+    set_torch_generator_state,
+    torch_generator_state,
 )
 
 __all__ = [
@@ -161,7 +162,7 @@ class Checkpoints:
         self._sampler = sampler
         self._generator = generator
         self._iterable = iterable
-        self._stream = iterable and _stateful(dataset)
+        self._stream = iterable and is_stateful(dataset)
         self._elastic = self._stream and callable(getattr(dataset, "resume_streams", None))
         self._num_workers = num_workers
         self._in_order = in_order
@@ -189,7 +190,7 @@ class Checkpoints:
         if isinstance(generator, np.random.Generator):
             base_seed = int(generator.integers(_MAX_SEED))
         else:
-            base_seed = _seed_from(generator)
+            base_seed = seed_from(generator)
         if resume is not None:
             base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
         sampler = self._sampler
@@ -207,7 +208,7 @@ class Checkpoints:
             number=self._epoch,
             base_seed=base_seed,
             generator=generator_before,
-            sampler_before=sampler.state_dict() if _stateful(sampler) else None,
+            sampler_before=sampler.state_dict() if is_stateful(sampler) else None,
             received=received,
         )
         self._epoch += 1
@@ -230,7 +231,7 @@ class Checkpoints:
 
     def check_checkpointable(self) -> None:
         """Refuses an iterable dataset that cannot say where its stream stands."""
-        if self._iterable and not _stateful(self._dataset):
+        if self._iterable and not is_stateful(self._dataset):
             error = TypeError(
                 f"this DataLoader cannot checkpoint: its iterable dataset "
                 f"{type(self._dataset).__name__} has no state_dict()/load_state_dict(), so a "
@@ -280,11 +281,11 @@ class Checkpoints:
         if generator is None:
             return None
         if isinstance(generator, np.random.Generator):
-            return _plain(generator.bit_generator.state)
-        return _torch_generator_state(generator)
+            return plain_json(generator.bit_generator.state)
+        return torch_generator_state(generator)
 
     def _sampler_state(self) -> Any:
-        return self._sampler.state_dict() if _stateful(self._sampler) else None
+        return self._sampler.state_dict() if is_stateful(self._sampler) else None
 
     def _fits(self) -> dict[str, Any]:
         """What a state of this loader depends on (see the class docstring)."""
@@ -355,9 +356,9 @@ class Checkpoints:
                 + ": build the loader with the same arguments"
             )
         if torch_state:
-            return _check_torch_generator_state(state, "DataLoader", "generator")
+            return check_torch_generator_state(state, "DataLoader", "generator")
         assert isinstance(self._generator, np.random.Generator)
-        _check_generator_state(state, "DataLoader", self._generator)
+        check_generator_state(state, "DataLoader", self._generator)
         return None
 
     def _between_epochs(self, epoch: int, generator: Any, sampler: Any) -> dict[str, Any]:
@@ -384,7 +385,7 @@ class Checkpoints:
             self._check_positions(state, done, received)
         sampler = self._sampler
         sampler_state = state.get("sampler")
-        if _stateful(sampler) != (sampler_state is not None):
+        if is_stateful(sampler) != (sampler_state is not None):
             raise ValueError(
                 f"DataLoader state has {'no' if sampler_state is None else 'a'} sampler state, "
                 f"but this loader's {type(sampler).__name__} has "
@@ -420,7 +421,7 @@ class Checkpoints:
                 self._generator.bit_generator.state = generator
             else:
                 assert torch_state is not None
-                _set_torch_generator_state(self._generator, torch_state)
+                set_torch_generator_state(self._generator, torch_state)
         dataset_state = state.get("dataset")
         if in_progress and dataset_state is not None and self._elastic:
             dataset_state = self._resplit_streams(state, dataset_state)
@@ -446,7 +447,7 @@ class Checkpoints:
         """The stream states for this loader's workers, from the dataset's resume_streams."""
         fits = state.get("fits")
         theirs = fits.get("num_workers") if isinstance(fits, Mapping) else None
-        if not isinstance(theirs, int) or isinstance(theirs, bool) or theirs < 0:
+        if not is_int(theirs) or theirs < 0:
             raise ValueError(
                 f"DataLoader state field 'fits' should give num_workers; got {theirs!r:.50}"
             )
@@ -489,7 +490,7 @@ def count_field(sampler: Any) -> str | None:
     """The count of a built-in sampler's state that a checkpoint lowers (None: not built in)."""
     if isinstance(sampler, BatchSampler):
         return "batches"
-    if isinstance(sampler, _Resumable):
+    if isinstance(sampler, ResumableSampler):
         return "yielded"
     return None
 
@@ -513,13 +514,12 @@ def check_state(state: Any) -> tuple[bool, int, int, list[int], int]:
     counts = {}
     for name in ("epoch", "batches"):
         value = state.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not is_int(value) or value < 0:
             raise ValueError(f"DataLoader state field {name!r} should be an int >= 0")
         counts[name] = value
     received = state.get("received")
     if not isinstance(received, list) or not all(
-        isinstance(seq, int) and not isinstance(seq, bool) and seq > counts["batches"]
-        for seq in received
+        is_int(seq) and seq > counts["batches"] for seq in received
     ):
         raise ValueError(
             "DataLoader state field 'received' should be a list of the batch numbers past "
@@ -533,11 +533,7 @@ def check_state(state: Any) -> tuple[bool, int, int, list[int], int]:
             "and no 'received'"
         )
     base_seed = state.get("base_seed")
-    if in_progress and (
-        not isinstance(base_seed, int)
-        or isinstance(base_seed, bool)
-        or not 0 <= base_seed < _SEED_LIMIT
-    ):
+    if in_progress and (not is_int(base_seed) or not 0 <= base_seed < _SEED_LIMIT):
         raise ValueError(
             f"DataLoader state in progress needs an int 'base_seed' in [0, 2**63); "
             f"got {base_seed!r:.50}"

@@ -1,7 +1,7 @@
-"""Fetch: which protocol a dataset speaks, and reading samples from it.
+"""Fetch: reading the samples of a map-style dataset.
 
-:func:`inspect_dataset` tells map-style from iterable and sync from async once,
-when a loader is built; :class:`Fetcher` then reads a batch of keys the
+:func:`~aioload.data.protocol.inspect_dataset` tells map-style from iterable and sync
+from async once, when a loader is built; :class:`Fetcher` then reads a batch of keys the
 cheapest way that protocol allows:
 
 - ``__getitems__(keys)`` when the dataset has one (awaited if it is a
@@ -24,93 +24,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from aioload.data.datasets import ChainDataset, Subset, _getitem_is_async
-from aioload.data.iterable import _is_iterable_dataset
+from aioload.data.datasets import Subset
+from aioload.data.protocol import DatasetProtocol
 from aioload.data.row_block import RowBlock
-from aioload.faults.retrier import Attempted, Retrier, Skip
+from aioload.faults.policy import Skip
+from aioload.faults.retrier import Attempted, Retrier
 from aioload.read.eager import Done, ItemPool
 
-__all__ = ["DatasetProtocol", "Fetcher", "GuardedFetcher", "Skip", "inspect_dataset"]
-
-
-@dataclass(frozen=True)
-class DatasetProtocol:
-    """How a dataset is read.
-
-    Attributes:
-        iterable: an iterable-style dataset (``__iter__``/``__aiter__``), not map-style.
-        is_async: reading it needs an event loop: an ``async def __getitem__`` or
-            ``__getitems__`` (or async members), or an iterable with ``__aiter__``
-            (unless it says otherwise with a bool attribute ``is_async_stream``: a
-            stream with both ``__iter__`` and ``__aiter__``, read with ``__iter__``).
-        batched: a map-style dataset with ``__getitems__``.
-        thread_safe: the dataset declares (``thread_safe = True``) that several
-            threads may call it at once; otherwise a sync dataset is read by
-            one thread at a time.
-    """
-
-    iterable: bool
-    is_async: bool
-    batched: bool
-    thread_safe: bool
-
-
-def inspect_dataset(dataset: Any) -> DatasetProtocol:
-    """Tells which protocol ``dataset`` speaks.
-
-    Example::
-
-        >>> class Remote:
-        ...     async def __getitem__(self, key): ...
-        ...     def __len__(self): return 10
-        >>> inspect_dataset(Remote())
-        DatasetProtocol(iterable=False, is_async=True, batched=False, thread_safe=False)
-    """
-    kind = type(dataset)
-    thread_safe = bool(getattr(dataset, "thread_safe", False))
-    if _is_iterable_dataset(dataset):
-        return DatasetProtocol(
-            iterable=True,
-            is_async=_stream_is_async(dataset),
-            batched=False,
-            thread_safe=thread_safe,
-        )
-    if not hasattr(kind, "__getitem__"):
-        raise TypeError(
-            f"{kind.__name__} is not a dataset: a map-style dataset defines __getitem__, "
-            "an iterable one __iter__ or __aiter__"
-        )
-    getitems = getattr(kind, "__getitems__", None)
-    return DatasetProtocol(
-        iterable=False,
-        is_async=_items_are_async(dataset)
-        or (getitems is not None and inspect.iscoroutinefunction(getitems)),
-        batched=getitems is not None,
-        thread_safe=thread_safe,
-    )
-
-
-def _stream_is_async(dataset: Any) -> bool:
-    # A ChainDataset has __aiter__ for its async members' sake; a chain of sync
-    # members is a sync stream, which the loader reads in a thread.
-    if isinstance(dataset, ChainDataset):
-        return any(_stream_is_async(member) for member in dataset.datasets)
-    # So may any stream with both methods say which one the loader reads (a MixDataset).
-    declared = getattr(dataset, "is_async_stream", None)
-    if isinstance(declared, bool):
-        return declared
-    return hasattr(type(dataset), "__aiter__")
-
-
-def _items_are_async(dataset: Any) -> bool:
-    if isinstance(dataset, Subset):
-        # Subset.__getitems__ forwards to the parent's, which may be async; a subclass's
-        # own async __getitem__ makes its reads async whatever the parent is.
-        return _getitem_is_async(dataset) or inspect_dataset(dataset.dataset).is_async
-    return _getitem_is_async(dataset)
+__all__ = ["Fetcher", "GuardedFetcher"]
 
 
 class Fetcher:
@@ -118,7 +41,8 @@ class Fetcher:
 
     Args:
         dataset: the dataset.
-        protocol: its :class:`DatasetProtocol` (from :func:`inspect_dataset`).
+        protocol: its :class:`~aioload.data.protocol.DatasetProtocol` (from
+            :func:`~aioload.data.protocol.inspect_dataset`).
 
     ``fetch_sync`` serves sync map-style datasets, ``fetch`` every map-style
     dataset on an event loop (an iterable dataset's stream is opened and read by
@@ -210,9 +134,9 @@ class GuardedFetcher:
 
     It has :class:`Fetcher`'s map-style methods; every read goes through the reader's
     :class:`~aioload.faults.retrier.Retrier` (attempts, backoff, the closed epoch). In their
-    results a :class:`Skip` stands where ``on_error='skip'`` gave an item up; with
-    ``on_error='raise'`` an item's last error is raised, with a note naming its key and
-    attempts.
+    results a :class:`~aioload.faults.policy.Skip` stands where ``on_error='skip'`` gave an
+    item up; with ``on_error='raise'`` an item's last error is raised, with a note naming its
+    key and attempts.
 
     - Items (``__getitem__``): every attempt calls ``dataset[key]`` anew. An
       async item is awaited under ``asyncio.timeout(item_timeout)``. A sync
@@ -316,8 +240,8 @@ class GuardedFetcher:
         if results is not None:
             return results
         # Fallback reads run outside the pool's limit: they are one batch's keys at most.
-        outcomes = await asyncio.gather(*(self._item_attempts(key) for key in keys))
-        return self._one_by_one(keys, outcomes, batch)
+        attempted = await asyncio.gather(*(self._item_attempts(key) for key in keys))
+        return self._one_by_one(keys, attempted, batch)
 
     # -- decisions -------------------------------------------------------------
 
@@ -350,13 +274,13 @@ class GuardedFetcher:
         return [skipped(key, error, attempts) for key in keys]
 
     def _one_by_one(
-        self, keys: Sequence[Any], outcomes: Sequence[Attempted], batch: Attempted
+        self, keys: Sequence[Any], attempted: Sequence[Attempted], batch: Attempted
     ) -> list[Any]:
         """The samples of a failed ``__getitems__`` call's keys, read one by one."""
         # A __getitem__ that is not implemented leaves the batch's error standing for its key.
         return [
             self._result(key, batch if isinstance(item.error, NotImplementedError) else item)
-            for key, item in zip(keys, outcomes, strict=True)
+            for key, item in zip(keys, attempted, strict=True)
         ]
 
 

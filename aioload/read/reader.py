@@ -44,13 +44,14 @@ from typing import Any
 from aioload.backends.base import Outcome
 from aioload.collate.core import default_collate
 from aioload.collate.errors import name_keys
+from aioload.data.protocol import DatasetProtocol
 from aioload.data.row_block import batch_stream_of, rows_for_collate
 from aioload.faults.guard import StreamGuard
-from aioload.faults.policy import FaultPolicy
-from aioload.faults.retrier import Retrier, Skip
+from aioload.faults.policy import FaultPolicy, Skip
+from aioload.faults.retrier import Retrier
 from aioload.ranks import LauncherRanks
 from aioload.read.eager import ItemPool
-from aioload.read.fetch import DatasetProtocol, Fetcher, GuardedFetcher
+from aioload.read.fetch import Fetcher, GuardedFetcher
 from aioload.read.streams import StreamReader
 from aioload.stats.source_counts import SourceCounts
 
@@ -100,7 +101,7 @@ class BatchReader:
 
     Args:
         setup: the dataset, collate function and batching options.
-        protocol: the dataset's :class:`~aioload.read.fetch.DatasetProtocol`.
+        protocol: the dataset's :class:`~aioload.data.protocol.DatasetProtocol`.
         worker: the worker process reading (None: the loader's loop), for skip records.
         collate: collates instead of ``setup.collate_fn`` (a worker collates
             straight into shared memory through it).

@@ -27,11 +27,10 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+from aioload.data.protocol import DatasetProtocol
 from aioload.faults.guard import StreamGuard
-from aioload.faults.policy import SkippedItem
-from aioload.faults.retrier import Skip
+from aioload.faults.policy import Skip, SkippedItem
 from aioload.groups import reported
-from aioload.read.fetch import DatasetProtocol
 from aioload.read.outcome import Outcome
 
 __all__ = ["SKIPS_PER_OUTCOME", "StreamReader"]

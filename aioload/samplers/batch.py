@@ -21,16 +21,15 @@ from collections.abc import (
 from itertools import chain, islice
 from typing import Any, TypeVar, cast
 
-import numpy as np
-
+from aioload.checks import is_integral
 from aioload.samplers.base import Sampler, is_async_sampler
 from aioload.samplers.state import (
-    _STATE_VERSION,
-    _check_header,
-    _field,
-    _Iteration,
-    _Resumable,
-    _stateful,
+    SAMPLER_STATE_VERSION,
+    ResumableSampler,
+    SamplerIteration,
+    check_state_header,
+    is_stateful,
+    state_field,
 )
 
 __all__ = ["BatchSampler"]
@@ -69,8 +68,8 @@ class BatchSampler(Sampler[list[int]]):
     """
 
     sampler: Iterable[int] | AsyncIterable[int]
-    _iteration: _Iteration | None = None  # the latest iteration; ``start``: the inner state
-    _resume: _Iteration | None = None  # loaded by ``load_state_dict``, run by the next iter()
+    _iteration: SamplerIteration | None = None  # the latest iteration; ``start``: the inner state
+    _resume: SamplerIteration | None = None  # loaded by ``load_state_dict``, run by the next iter()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BatchSampler:
         # Pick the async class when the inner sampler is async, so that ``__aiter__`` exists
@@ -94,11 +93,7 @@ class BatchSampler(Sampler[list[int]]):
                 "sampler should be an iterable or async iterable of keys, but got "
                 f"{type(sampler).__name__}"
             )
-        if (
-            not isinstance(batch_size, int | np.integer)
-            or isinstance(batch_size, bool)
-            or batch_size <= 0
-        ):
+        if not is_integral(batch_size) or batch_size <= 0:
             raise ValueError(
                 f"batch_size should be a positive integer value, but got batch_size={batch_size!r}"
             )
@@ -126,7 +121,7 @@ class BatchSampler(Sampler[list[int]]):
         else:
             yield iteration.count(self._islice_batches(it, size))
 
-    def _open(self, open_keys: Callable[[], T]) -> tuple[_Iteration, T, int]:
+    def _open(self, open_keys: Callable[[], T]) -> tuple[SamplerIteration, T, int]:
         """Start an iteration: the iteration, the inner keys and how many of them to drop."""
         inner = self.sampler
         iteration = self._resume
@@ -134,19 +129,21 @@ class BatchSampler(Sampler[list[int]]):
         if iteration is not None:
             # ``load_state_dict`` already moved a built-in inner sampler to the right key.
             keys = open_keys()
-            skip = 0 if isinstance(inner, _Resumable) else iteration.position * self.batch_size
-        elif isinstance(inner, _Resumable):
+            skip = (
+                0 if isinstance(inner, ResumableSampler) else iteration.position * self.batch_size
+            )
+        elif isinstance(inner, ResumableSampler):
             # Taken once the inner iteration began (a random sampler begins at its first key):
             # its state, whose count ``load_state_dict`` sets, has its generator state then,
             # even with generator=None.
             keys = open_keys()
             first = list(islice(cast(Iterator[int], keys), 1))
-            iteration, skip = _Iteration(inner.state_dict()), 0
+            iteration, skip = SamplerIteration(inner.state_dict()), 0
             keys = cast(T, chain(first, cast(Iterator[int], keys)))
         else:
-            start = cast(Any, inner).state_dict() if _stateful(inner) else None
+            start = cast(Any, inner).state_dict() if is_stateful(inner) else None
             keys = open_keys()
-            iteration, skip = _Iteration(start), 0
+            iteration, skip = SamplerIteration(start), 0
         self._iteration = iteration
         return iteration, keys, skip
 
@@ -176,12 +173,12 @@ class BatchSampler(Sampler[list[int]]):
         if iteration is not None and not iteration.finished:
             return self._state(True, iteration.position, iteration.start)
         inner = self.sampler
-        return self._state(False, 0, cast(Any, inner).state_dict() if _stateful(inner) else None)
+        return self._state(False, 0, cast(Any, inner).state_dict() if is_stateful(inner) else None)
 
     def _state(self, in_progress: bool, batches: int, inner: Any) -> dict[str, Any]:
         return {
             "type": "BatchSampler",
-            "version": _STATE_VERSION,
+            "version": SAMPLER_STATE_VERSION,
             "in_progress": in_progress,
             "batches": batches,
             "sampler": inner,
@@ -212,10 +209,10 @@ class BatchSampler(Sampler[list[int]]):
             >>> list(batches)
             [[6]]
         """
-        in_progress, batches = _check_header(state, "BatchSampler", "batches")
-        inner_state = _field(state, "BatchSampler", "sampler", dict, optional=True)
+        in_progress, batches = check_state_header(state, "BatchSampler", "batches")
+        inner_state = state_field(state, "BatchSampler", "sampler", dict, optional=True)
         inner = self.sampler
-        if _stateful(inner) != (inner_state is not None):
+        if is_stateful(inner) != (inner_state is not None):
             raise ValueError(
                 f"BatchSampler state has {'no' if inner_state is None else 'an'} inner sampler "
                 f"state, but the inner {type(inner).__name__} has "
@@ -229,7 +226,7 @@ class BatchSampler(Sampler[list[int]]):
             )
         if inner_state is not None:
             to_load = inner_state
-            if in_progress and isinstance(inner, _Resumable):
+            if in_progress and isinstance(inner, ResumableSampler):
                 # Batches are whole, so ``batches`` of them are that many keys of the inner
                 # iteration; a last, short batch ends it.
                 keys = min(batches * self.batch_size, len(inner))
@@ -240,7 +237,7 @@ class BatchSampler(Sampler[list[int]]):
                 exc.add_note("raised while loading the BatchSampler's inner sampler state")
                 raise
         self._iteration = None
-        self._resume = _Iteration(inner_state, batches) if in_progress else None
+        self._resume = SamplerIteration(inner_state, batches) if in_progress else None
 
     @staticmethod
     def _islice_batches(it: Iterator[int], size: int) -> Iterator[list[int]]:

@@ -70,6 +70,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 import numpy.typing as npt
 
+from aioload.checks import is_integral
 from aioload.samplers.base import Sampler, is_async_sampler
 from aioload.samplers.batch import BatchSampler
 from aioload.samplers.distributed import DistributedSampler
@@ -84,12 +85,12 @@ from aioload.samplers.draws import (
 )
 from aioload.samplers.shuffling import Rng, Shuffling
 from aioload.samplers.state import (
+    ResumableSampler,
+    SamplerIteration,
     TorchGeneratorLike,
-    _global_seed,
-    _is_torch_generator,
-    _Iteration,
-    _Resumable,
-    _torch_seed,
+    global_seed,
+    is_torch_generator,
+    torch_seed,
 )
 
 __all__ = [
@@ -102,7 +103,9 @@ __all__ = [
     "SubsetRandomSampler",
     "TorchGeneratorLike",
     "WeightedRandomSampler",
+    "as_generator",
     "is_async_sampler",
+    "split_order",
 ]
 
 GeneratorLike: TypeAlias = np.random.Generator | TorchGeneratorLike | int | None
@@ -115,7 +118,7 @@ or an ``int`` seed (see the module docstring)."""
 _CHUNK = 1024
 
 
-class SequentialSampler(_Resumable):
+class SequentialSampler(ResumableSampler):
     """Yield ``0, 1, ..., len(data_source) - 1``, always in that order.
 
     Its state (see :meth:`state_dict`) holds only the common fields.
@@ -133,7 +136,7 @@ class SequentialSampler(_Resumable):
     def __init__(self, data_source: Sized) -> None:
         self.data_source = data_source
 
-    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+    def _keys(self, iteration: SamplerIteration) -> Iterator[int]:
         return iteration.track([range(iteration.position, len(self.data_source))])
 
     def __len__(self) -> int:
@@ -181,7 +184,7 @@ class RandomSampler(Shuffling):
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = None if num_samples is None else _check_num_samples(num_samples)
-        self.generator = _as_generator(generator)
+        self.generator = as_generator(generator)
         if len(data_source) == 0:
             # torch reports an empty data_source as num_samples=0 when num_samples is unset.
             raise ValueError(
@@ -200,7 +203,7 @@ class RandomSampler(Shuffling):
 
     _state_type = "RandomSampler"
 
-    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+    def _keys(self, iteration: SamplerIteration) -> Iterator[int]:
         rng = self._rng_of(iteration)
         skip = iteration.position
         if isinstance(rng, np.random.Generator):
@@ -228,7 +231,7 @@ class RandomSampler(Shuffling):
         n = len(self.data_source)
         count = self.num_samples
         if self.generator is None:
-            rng = seeded_generator(_torch_seed(rng))  # torch's own generator for the iteration
+            rng = seeded_generator(torch_seed(rng))  # torch's own generator for the iteration
         size = TORCH_BLOCK if self.replacement else n
         for first in range(0, count - count % size, size):
             block = randint(n, size, rng) if self.replacement else randperm(n, rng)
@@ -276,11 +279,11 @@ class SubsetRandomSampler(Shuffling):
                 f"indices should be a 1-D sequence, but got an array of shape {indices.shape}"
             )
         self.indices = indices
-        self.generator = _as_generator(generator)
+        self.generator = as_generator(generator)
 
     _state_type = "SubsetRandomSampler"
 
-    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+    def _keys(self, iteration: SamplerIteration) -> Iterator[int]:
         order = _permutation(len(self.indices), self._rng_of(iteration))[iteration.position :]
         if isinstance(self.indices, np.ndarray):
             return iteration.track([self.indices[order].tolist()])
@@ -358,13 +361,13 @@ class WeightedRandomSampler(Shuffling):
         self.weights = w
         self.num_samples = num_samples
         self.replacement = replacement
-        self.generator = _as_generator(generator)
+        self.generator = as_generator(generator)
         self._cdf = np.cumsum(w)
         self._nonzero = np.flatnonzero(w)
 
     _state_type = "WeightedRandomSampler"
 
-    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+    def _keys(self, iteration: SamplerIteration) -> Iterator[int]:
         rng = self._rng_of(iteration)
         skip = iteration.position
         if isinstance(rng, np.random.Generator):
@@ -396,10 +399,30 @@ class WeightedRandomSampler(Shuffling):
         return self.num_samples
 
 
-def _as_generator(generator: object) -> Rng:
+def as_generator(generator: object) -> Rng:
+    """A ``generator`` argument as what draws keys: None, a numpy ``Generator`` or a CPU
+    ``torch.Generator`` as given, an ``int`` seed (numpy's included) as a numpy ``Generator``.
+
+    Args:
+        generator: what the user passed (see the module docstring).
+
+    Raises:
+        TypeError: anything else (a ``bool`` too).
+        ValueError: a negative seed, or a ``torch.Generator`` on another device.
+
+    Example::
+
+        >>> int(as_generator(0).integers(10)) == int(as_generator(np.int64(0)).integers(10))
+        True
+        >>> as_generator(True)
+        Traceback (most recent call last):
+        ...
+        TypeError: generator should be None, a numpy.random.Generator, a torch.Generator or \
+an int seed, but got bool
+    """
     if generator is None or isinstance(generator, np.random.Generator):
         return generator
-    if _is_torch_generator(generator):
+    if is_torch_generator(generator):
         device = getattr(generator, "device", None)
         if getattr(device, "type", "cpu") != "cpu":
             raise ValueError(
@@ -407,7 +430,7 @@ def _as_generator(generator: object) -> Rng:
                 f"torch's samplers draw them), but got one on {device}"
             )
         return cast(TorchGeneratorLike, generator)
-    if isinstance(generator, int | np.integer) and not isinstance(generator, bool):
+    if is_integral(generator):
         if generator < 0:
             raise ValueError(f"generator seed should be a non-negative integer, got {generator}")
         return np.random.default_rng(int(generator))
@@ -424,14 +447,24 @@ def _permutation(n: int, rng: Any) -> list[int]:
     return randperm(n, rng)
 
 
-def _split_order(n: int, generator: Rng) -> list[int]:
+def split_order(n: int, generator: Rng) -> list[int]:
     """``random_split``'s order: torch's ``randperm`` from a ``torch.Generator``, or without one
     from torch's default generator once torch is imported; else numpy's, from ``generator`` or
-    from a generator seeded by numpy's legacy global state."""
+    from a generator seeded by numpy's legacy global state.
+
+    Args:
+        n: the dataset's length.
+        generator: from :func:`as_generator`.
+
+    Example::
+
+        >>> sorted(split_order(5, np.random.default_rng(0)))
+        [0, 1, 2, 3, 4]
+    """
     if generator is None:
         generator = default_generator() if torch_is_imported() else None
     if generator is None:
-        return _permutation(n, np.random.default_rng(_global_seed()))
+        return _permutation(n, np.random.default_rng(global_seed()))
     return _permutation(n, generator)
 
 
@@ -441,11 +474,7 @@ def _after(block: npt.NDArray[Any], first: int, skip: int) -> list[int]:
 
 
 def _check_num_samples(num_samples: object) -> int:
-    if (
-        not isinstance(num_samples, int | np.integer)
-        or isinstance(num_samples, bool)
-        or num_samples <= 0
-    ):
+    if not is_integral(num_samples) or num_samples <= 0:
         raise ValueError(
             f"num_samples should be a positive integer value, but got num_samples={num_samples!r}"
         )

@@ -4,7 +4,7 @@ The ranks and the world size default to ``torch.distributed``'s when its default
 is initialised (as torch's sampler reads them), else to the ``RANK`` and ``WORLD_SIZE``
 environment variables (as ``torchrun`` sets them; see :mod:`aioload.ranks`); the shuffle is
 torch's permutation from ``seed + epoch`` (the same keys as torch's, with or without torch), the
-same on every replica. Its checkpoints come from :class:`~aioload.samplers.state._Resumable`.
+same on every replica. Its checkpoints come from :class:`~aioload.samplers.state.ResumableSampler`.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from aioload.checks import is_integral
 from aioload.ranks import launcher_rank, launcher_world_size
 from aioload.samplers.draws import seeded_randperm
-from aioload.samplers.state import _count_field, _Iteration, _Resumable
+from aioload.samplers.state import ResumableSampler, SamplerIteration, state_count
 
 __all__ = ["DistributedSampler"]
 
 T_co = TypeVar("T_co", covariant=True)
 
 
-class DistributedSampler(_Resumable, Generic[T_co]):
+class DistributedSampler(ResumableSampler, Generic[T_co]):
     """Restrict sampling to the share of the dataset that belongs to one replica (rank).
 
     Each of ``num_replicas`` replicas gets an equal number of indices; together they cover the
@@ -104,10 +105,10 @@ class DistributedSampler(_Resumable, Generic[T_co]):
     _state_type = "DistributedSampler"
     _state_version = 2  # 2: torch's shuffle (1 shuffled with numpy)
 
-    def _begin(self) -> _Iteration:
-        return _Iteration(self.epoch)
+    def _begin(self) -> SamplerIteration:
+        return SamplerIteration(self.epoch)
 
-    def _keys(self, iteration: _Iteration) -> Iterator[int]:
+    def _keys(self, iteration: SamplerIteration) -> Iterator[int]:
         n = len(self.dataset)
         if self.shuffle:
             # torch's order: randperm from torch.Generator().manual_seed(seed + epoch).
@@ -119,14 +120,14 @@ class DistributedSampler(_Resumable, Generic[T_co]):
         mine = indices[self.rank :: self.num_replicas][iteration.position :]
         return iteration.track([mine.tolist()])
 
-    def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
+    def _state_fields(self, iteration: SamplerIteration | None) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
             "iteration_epoch": None if iteration is None else iteration.start,
         }
 
     def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
-        epoch = _count_field(state, self._state_type, "epoch")
+        epoch = state_count(state, self._state_type, "epoch")
         if not in_progress:
             self.epoch = epoch
             return None
@@ -135,7 +136,7 @@ class DistributedSampler(_Resumable, Generic[T_co]):
                 "DistributedSampler state is in progress but has no 'iteration_epoch' (the "
                 "epoch its iteration shuffles with)"
             )
-        iteration_epoch = _count_field(state, self._state_type, "iteration_epoch")
+        iteration_epoch = state_count(state, self._state_type, "iteration_epoch")
         self.epoch = epoch
         return iteration_epoch
 
@@ -155,7 +156,7 @@ class DistributedSampler(_Resumable, Generic[T_co]):
 
 
 def _non_negative_int(name: str, value: object) -> int:
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
+    if not is_integral(value):
         raise TypeError(f"{name} should be an integer, but got {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{name} should be a non-negative integer, but got {name}={value}")
@@ -174,6 +175,6 @@ def _given_or_launched(name: str, value: object, variable: str) -> int:
                 "first"
             )
         return launched
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
+    if not is_integral(value):
         raise TypeError(f"{name} should be an integer, but got {type(value).__name__}")
     return int(value)

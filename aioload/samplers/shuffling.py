@@ -10,18 +10,18 @@ import numpy as np
 
 from aioload.samplers.draws import default_generator, scratch_generator, torch_is_imported
 from aioload.samplers.state import (
+    ResumableSampler,
+    SamplerIteration,
     TorchGeneratorLike,
-    _check_generator_state,
-    _check_torch_generator_state,
-    _field,
-    _global_seed,
-    _is_torch_generator,
-    _Iteration,
-    _plain,
-    _Resumable,
-    _set_torch_generator_state,
-    _torch_state_json,
-    _torch_state_tensor,
+    check_generator_state,
+    check_torch_generator_state,
+    global_seed,
+    is_torch_generator,
+    plain_json,
+    set_torch_generator_state,
+    state_field,
+    torch_state_json,
+    torch_state_tensor,
 )
 
 __all__ = ["Rng", "Shuffling"]
@@ -30,9 +30,9 @@ Rng: TypeAlias = np.random.Generator | TorchGeneratorLike | None
 """A ``generator`` once checked: ``None``, a numpy ``Generator`` or a ``torch.Generator``."""
 
 
-class Shuffling(_Resumable):
-    """A :class:`_Resumable` whose keys are random, drawn as torch draws them where torch has the
-    randomness, with numpy otherwise.
+class Shuffling(ResumableSampler):
+    """A :class:`ResumableSampler` whose keys are random, drawn as torch draws them where torch
+    has the randomness, with numpy otherwise.
 
     An iteration begins at its first key (torch's random samplers are generator functions). It
     draws with torch's own calls (see :mod:`aioload.samplers.draws`) from the sampler's
@@ -55,24 +55,24 @@ class Shuffling(_Resumable):
     _state_version = 2  # 2: torch's draws for a torch generator (1 drew with numpy from a seed)
     _loaded_source: Any = None  # the torch state a loaded in-progress state resumes from
 
-    def _begin(self) -> _Iteration:
+    def _begin(self) -> SamplerIteration:
         generator = self.generator
         if isinstance(generator, np.random.Generator):
-            iteration = _Iteration(generator.bit_generator.state)
+            iteration = SamplerIteration(generator.bit_generator.state)
             iteration.rng = generator
             return iteration
         if generator is None and torch_is_imported():
             generator = default_generator()
         if generator is not None:
-            iteration = _Iteration(None, source=generator.get_state())
+            iteration = SamplerIteration(None, source=generator.get_state())
             iteration.rng = generator
             return iteration
-        rng = np.random.default_rng(_global_seed())
-        iteration = _Iteration(rng.bit_generator.state)
+        rng = np.random.default_rng(global_seed())
+        iteration = SamplerIteration(rng.bit_generator.state)
         iteration.rng = rng
         return iteration
 
-    def _rng_of(self, iteration: _Iteration) -> Any:
+    def _rng_of(self, iteration: SamplerIteration) -> Any:
         """What draws ``iteration``: a numpy Generator or a torch one, set back to its start if
         resumed."""
         if iteration.rng is None:
@@ -93,7 +93,7 @@ class Shuffling(_Resumable):
             iteration.rng = rng
         return iteration.rng
 
-    def _state_fields(self, iteration: _Iteration | None) -> dict[str, Any]:
+    def _state_fields(self, iteration: SamplerIteration | None) -> dict[str, Any]:
         generator = self.generator
         numpy_state = torch_state = None
         if iteration is not None:
@@ -103,14 +103,14 @@ class Shuffling(_Resumable):
         elif generator is not None:
             torch_state = generator.get_state()
         return {
-            "generator": _plain(numpy_state),
-            "torch_generator": None if torch_state is None else _torch_state_json(torch_state),
+            "generator": plain_json(numpy_state),
+            "torch_generator": None if torch_state is None else torch_state_json(torch_state),
         }
 
     def _load_fields(self, state: Mapping[str, Any], in_progress: bool) -> Any:
         kind = self._state_type
-        generator = _field(state, kind, "generator", dict, optional=True)
-        theirs = _field(state, kind, "torch_generator", dict, optional=True)
+        generator = state_field(state, kind, "generator", dict, optional=True)
+        theirs = state_field(state, kind, "torch_generator", dict, optional=True)
         own = self.generator
         has = "a numpy Generator" if isinstance(own, np.random.Generator) else "a torch.Generator"
         mine = "generator=None" if own is None else f"{has} as generator"
@@ -124,7 +124,7 @@ class Shuffling(_Resumable):
                 f"{kind} state holds a torch.Generator state, but this sampler has {mine}: "
                 "build it with the same arguments"
             )
-        if theirs is None and _is_torch_generator(own):
+        if theirs is None and is_torch_generator(own):
             raise ValueError(
                 f"{kind} state has no 'torch_generator' (its sampler had no torch.Generator), "
                 "but this sampler has one: build it with the same arguments"
@@ -153,20 +153,20 @@ class Shuffling(_Resumable):
                     f"{kind} state was drawn from torch's default generator: import torch "
                     "before loading it"
                 )
-            raw = _check_torch_generator_state(theirs, kind, "torch_generator")
+            raw = check_torch_generator_state(theirs, kind, "torch_generator")
             if not in_progress:
-                _set_torch_generator_state(own, raw)
+                set_torch_generator_state(own, raw)
                 return None
-            self._loaded_source = _torch_state_tensor(raw)
+            self._loaded_source = torch_state_tensor(raw)
             return None
         if generator is None:
             return None
         numpy_own = own if isinstance(own, np.random.Generator) else None
-        _check_generator_state(generator, kind, numpy_own)
+        check_generator_state(generator, kind, numpy_own)
         if not in_progress and numpy_own is not None:
             numpy_own.bit_generator.state = generator
         return generator
 
-    def _resumed(self, start: Any, yielded: int) -> _Iteration:
+    def _resumed(self, start: Any, yielded: int) -> SamplerIteration:
         source, self._loaded_source = self._loaded_source, None
-        return _Iteration(start, yielded, source=source)
+        return SamplerIteration(start, yielded, source=source)

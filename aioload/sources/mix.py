@@ -36,11 +36,11 @@ from typing import Any, Literal
 import numpy as np
 
 from aioload.data.datasets import IterableDataset
-from aioload.data.iterable import _is_iterable_dataset
+from aioload.data.iterable import is_iterable_dataset
+from aioload.data.protocol import stream_is_async
 from aioload.faults.guard import StreamGuard, can_guard
 from aioload.ranks import rank_and_world_size
-from aioload.read.fetch import _stream_is_async
-from aioload.samplers.state import _stateful
+from aioload.samplers.state import is_stateful
 from aioload.worker_info import get_worker_info
 
 __all__ = ["BLOCK", "STOPS", "MixDataset"]
@@ -245,7 +245,7 @@ class MixDataset(IterableDataset[Any]):
         return self._guarded_stream
 
     def _need_states(self, method: str) -> None:
-        missing = [n for n, source in enumerate(self.datasets) if not _stateful(source)]
+        missing = [n for n, source in enumerate(self.datasets) if not is_stateful(source)]
         if missing:
             verb = "has" if len(missing) == 1 else "have"
             raise AttributeError(
@@ -485,7 +485,7 @@ class MixDataset(IterableDataset[Any]):
 def _check_source(number: int, source: Any) -> None:
     kind = type(source)
     if isinstance(source, str | bytes | Mapping) or not (
-        _is_iterable_dataset(source) or hasattr(kind, "__iter__")
+        is_iterable_dataset(source) or hasattr(kind, "__iter__")
     ):
         raise TypeError(
             f"MixDataset mixes iterable datasets (with __iter__ or __aiter__); dataset "
@@ -494,7 +494,7 @@ def _check_source(number: int, source: Any) -> None:
 
 
 def _source_is_async(source: Any) -> bool:
-    return _is_iterable_dataset(source) and _stream_is_async(source)
+    return is_iterable_dataset(source) and stream_is_async(source)
 
 
 def _open_async(source: Any) -> Any:

@@ -45,7 +45,7 @@ import anyio.abc
 
 from aioload.backends.base import Outcome, OutcomeSink
 from aioload.backends.processes import pool as pool_module
-from aioload.backends.processes.pool import WorkerPool, _Handle
+from aioload.backends.processes.pool import WorkerHandle, WorkerPool
 from aioload.backends.processes.wire import (
     Command,
     ErrorReport,
@@ -149,8 +149,8 @@ class ProcessBackend:
         self._round_robin = itertools.islice(
             itertools.cycle(range(len(pool.workers))), first_worker, None
         )
-        self._attached: list[_Handle] = []
-        self._watched: dict[_Handle, int] = {}  # handle -> its sentinel's descriptor
+        self._attached: list[WorkerHandle] = []
+        self._watched: dict[WorkerHandle, int] = {}  # handle -> its sentinel's descriptor
         self._queued: list[tuple[int, Any]] = []  # submitted before the pool was ours
         self._ready = False
         self._owner = False  # holds a persistent pool
@@ -214,7 +214,7 @@ class ProcessBackend:
             if handle.process is not None and handle.process.exitcode is not None:
                 self._on_death(handle)  # died between epochs
 
-    async def _start(self, handles: list[_Handle]) -> None:
+    async def _start(self, handles: list[WorkerHandle]) -> None:
         if not handles:
             return
         try:
@@ -235,7 +235,7 @@ class ProcessBackend:
         except RuntimeError:  # the loop is closed: the epoch is over anyway
             pass
 
-    def _attach(self, handle: _Handle) -> None:
+    def _attach(self, handle: WorkerHandle) -> None:
         self._attached.append(handle)
         self._held[handle.id] = {}
         self._loop.add_reader(handle.results, self._on_results, handle)
@@ -243,19 +243,19 @@ class ProcessBackend:
             self._loop.add_writer(handle.commands, self._flush, handle)
         self._watch(handle)
 
-    def _watch(self, handle: _Handle) -> None:
+    def _watch(self, handle: WorkerHandle) -> None:
         """Calls ``_on_death`` as soon as the worker's process ends."""
         if handle.process is not None and handle not in self._watched:
             sentinel = handle.process.sentinel
             self._watched[handle] = sentinel
             self._loop.add_reader(sentinel, self._on_death, handle)
 
-    def _unwatch(self, handle: _Handle) -> None:
+    def _unwatch(self, handle: WorkerHandle) -> None:
         sentinel = self._watched.pop(handle, None)
         if sentinel is not None:
             self._loop.remove_reader(sentinel)
 
-    def _detach(self, handle: _Handle) -> None:
+    def _detach(self, handle: WorkerHandle) -> None:
         loop = self._loop
         for fd in (handle.results, handle.commands):
             if fd.fileno() >= 0:
@@ -265,7 +265,7 @@ class ProcessBackend:
 
     # -- commands -----------------------------------------------------------
 
-    def _send(self, handle: _Handle, frame: bytes) -> None:
+    def _send(self, handle: WorkerHandle, frame: bytes) -> None:
         """Sends ``frame`` without blocking; what does not fit waits for the socket."""
         recycle, drop = handle.reader.take_returned()
         if recycle or drop:
@@ -284,7 +284,7 @@ class ProcessBackend:
             if handle in self._attached:
                 self._loop.add_writer(handle.commands, self._flush, handle)
 
-    def _flush(self, handle: _Handle) -> None:
+    def _flush(self, handle: WorkerHandle) -> None:
         try:
             sent = handle.commands.send(handle.backlog)
         except BlockingIOError:
@@ -295,7 +295,7 @@ class ProcessBackend:
         if not handle.backlog:
             self._loop.remove_writer(handle.commands)
 
-    def _start_epoch_in(self, handle: _Handle, resume: Any = None) -> None:
+    def _start_epoch_in(self, handle: WorkerHandle, resume: Any = None) -> None:
         """Tells a worker this epoch starts, before any request of it (it waits in the socket
         of a worker still starting)."""
         frame = command_frame(Command.START_EPOCH, self._epoch, self._dataset_epochs, resume)
@@ -309,7 +309,7 @@ class ProcessBackend:
         else:
             self._send(handle, command_frame(Command.FETCH, self._epoch, seq, keys))
 
-    def _choose(self) -> _Handle:
+    def _choose(self) -> WorkerHandle:
         # Round-robin, as torch: batch i goes to worker i % num_workers, so a seeded
         # run gives every batch to the same worker (and its random state) again.
         # Out of order, as torch too, the next batch goes where a slot is free: to
@@ -333,7 +333,7 @@ class ProcessBackend:
 
     # -- results ------------------------------------------------------------
 
-    def _on_results(self, handle: _Handle) -> None:
+    def _on_results(self, handle: WorkerHandle) -> None:
         results, closed = receive_results(handle.results)
         if closed:
             self._loop.remove_reader(handle.results)
@@ -366,7 +366,7 @@ class ProcessBackend:
             deliver(outcome)
 
     @staticmethod
-    def _where(handle: _Handle) -> str:
+    def _where(handle: WorkerHandle) -> str:
         return f"DataLoader worker {handle.id} (pid {handle.pid})"
 
     # -- faults -------------------------------------------------------------
@@ -378,7 +378,7 @@ class ProcessBackend:
         self._failed = True
         self._sink.fail(error)
 
-    def _on_death(self, handle: _Handle) -> None:
+    def _on_death(self, handle: WorkerHandle) -> None:
         self._unwatch(handle)
         if self._closing or self._failed or handle not in self._attached or pool_module.exiting:
             return  # at exit the workers are being stopped on purpose

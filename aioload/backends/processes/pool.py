@@ -51,7 +51,7 @@ from aioload.backends.processes.worker import worker_main
 from aioload.memory.segments import SegmentReader
 from aioload.read.reader import WorkerSetup
 
-__all__ = ["WorkerPool", "exit_began", "warm_forkserver"]
+__all__ = ["WorkerHandle", "WorkerPool", "exit_began", "warm_forkserver"]
 
 _STOP_GRACE = 2.0  # seconds a worker gets to exit after STOP before it is terminated
 # The same at interpreter exit, where nothing will receive what a busy worker still reads
@@ -60,8 +60,22 @@ _EXIT_STOP_GRACE = 0.25
 _TERMINATE_GRACE = 1.0  # then after SIGTERM, before SIGKILL
 
 
-class _Handle:
-    """The loader's end of one worker process."""
+class WorkerHandle:
+    """The loader's end of one worker process: its process, its command and result sockets
+    (and the worker's ends, until it has them), and the segments it sends, mapped.
+
+    :class:`WorkerPool` makes one per worker id and replaces it when the worker dies; the
+    epoch's backend (:mod:`aioload.backends.processes.backend`) sends and receives through it.
+
+    Args:
+        worker_id: the worker's id (``get_worker_info().id``).
+        keep_free: idle segments of this worker kept mapped for reuse.
+
+    Example::
+
+        handle = pool.workers[0]
+        handle.commands.send(frame)  # a command; results arrive on handle.results
+    """
 
     def __init__(self, worker_id: int, keep_free: int) -> None:
         self.id = worker_id
@@ -181,7 +195,7 @@ class WorkerPool:
         self._keep_free = keep_free
         self._parcel: SetupParcel | None = None  # made by the first start that pickles
         self._lock = threading.Lock()
-        self.workers = [_Handle(i, keep_free) for i in range(setup.num_workers)]
+        self.workers = [WorkerHandle(i, keep_free) for i in range(setup.num_workers)]
         self.closed = False
         # A persistent pool serves one epoch at a time (see claim/release).
         self._owner_lock = threading.Lock()
@@ -193,13 +207,13 @@ class WorkerPool:
         _stop_at_exit()
         _live_pools.add(self)
 
-    def replace(self, handle: _Handle) -> _Handle:
+    def replace(self, handle: WorkerHandle) -> WorkerHandle:
         """A fresh, not yet started handle for ``handle``'s worker id (the old one is closed)."""
         with self._lock:
             if self.closed:
                 raise RuntimeError("the DataLoader's worker pool is closed")
             self._retire(handle)
-            new = _Handle(handle.id, self._keep_free)
+            new = WorkerHandle(handle.id, self._keep_free)
             self.workers[handle.id] = new
             return new
 
@@ -222,7 +236,7 @@ class WorkerPool:
         self.start(waiting, start)
         return True
 
-    def start(self, handles: list[_Handle], start: WorkerStart | None = None) -> None:
+    def start(self, handles: list[WorkerHandle], start: WorkerStart | None = None) -> None:
         """Starts the processes of ``handles`` (blocking: call it in a thread).
 
         ``start``: how; by default as the rule says now (a restart included).
@@ -348,14 +362,14 @@ class WorkerPool:
             for handle in self.workers:
                 self._retire(handle)
 
-    def _ask_to_stop(self, handle: _Handle) -> None:
+    def _ask_to_stop(self, handle: WorkerHandle) -> None:
         try:
             handle.commands.send(command_frame(Command.STOP))
         except OSError:
             pass  # full or closed: closing the socket below says the same
         handle.commands.close()
 
-    def _retire(self, handle: _Handle) -> None:
+    def _retire(self, handle: WorkerHandle) -> None:
         """Makes sure ``handle``'s process is gone and reaped, and frees its resources."""
         self._ask_to_stop(handle)
         process = handle.process

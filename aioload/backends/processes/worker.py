@@ -79,11 +79,11 @@ from aioload.backends.processes.wire import (
 )
 from aioload.collate.core import collate_into
 from aioload.data.epochs import DatasetEpochs, set_dataset_epochs
+from aioload.data.protocol import inspect_dataset
 from aioload.eventloop import new_event_loop
 from aioload.groups import raise_ungrouped, reported
 from aioload.memory.segments import Arena, SegmentWriter
 from aioload.ranks import set_loader_ranks
-from aioload.read.fetch import inspect_dataset
 from aioload.read.reader import BatchReader, WorkerSetup
 from aioload.worker_info import WorkerInfo, set_process_worker_info
 

@@ -23,14 +23,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aioload.samplers.builtin import GeneratorLike, _as_generator
+from aioload.samplers.builtin import GeneratorLike, as_generator
 from aioload.samplers.state import (
-    _STATE_VERSION,
-    _check_generator_state,
-    _check_header,
-    _field,
-    _plain,
-    _seed_from,
+    SAMPLER_STATE_VERSION,
+    check_generator_state,
+    check_state_header,
+    plain_json,
+    seed_from,
+    state_field,
 )
 
 __all__ = ["ShuffledListing"]
@@ -66,10 +66,10 @@ class ShuffledListing:
     def __init__(self, listing: _Collects, generator: GeneratorLike = None) -> None:
         if not callable(getattr(listing, "collect", None)):
             raise TypeError(f"listing should have an async collect(); got {listing!r}")
-        rng = _as_generator(generator)
+        rng = as_generator(generator)
         self.listing = listing
         self._rng = (
-            rng if isinstance(rng, np.random.Generator) else np.random.default_rng(_seed_from(rng))
+            rng if isinstance(rng, np.random.Generator) else np.random.default_rng(seed_from(rng))
         )
         self._keys: list[str] | None = None
         self._digest: str | None = None
@@ -93,10 +93,10 @@ class ShuffledListing:
         """The generator's state and, once collected, the keys' count and digest (JSON)."""
         return {
             "type": _STATE_TYPE,
-            "version": _STATE_VERSION,
+            "version": SAMPLER_STATE_VERSION,
             "in_progress": False,
             "yielded": 0,
-            "generator": _plain(self._rng.bit_generator.state),
+            "generator": plain_json(self._rng.bit_generator.state),
             "keys": None if self._keys is None else len(self._keys),
             "digest": self._digest,
         }
@@ -108,11 +108,11 @@ class ShuffledListing:
             ValueError: a state of something else, or one whose keys are not this
                 listing's (once both are known).
         """
-        _check_header(state, _STATE_TYPE, "yielded")
-        generator = _field(state, _STATE_TYPE, "generator", dict)
-        _check_generator_state(generator, _STATE_TYPE, self._rng)
-        count = _field(state, _STATE_TYPE, "keys", int, optional=True)
-        digest = _field(state, _STATE_TYPE, "digest", str, optional=True)
+        check_state_header(state, _STATE_TYPE, "yielded")
+        generator = state_field(state, _STATE_TYPE, "generator", dict)
+        check_generator_state(generator, _STATE_TYPE, self._rng)
+        count = state_field(state, _STATE_TYPE, "keys", int, optional=True)
+        digest = state_field(state, _STATE_TYPE, "digest", str, optional=True)
         if (count is None) != (digest is None):
             raise ValueError(f"{_STATE_TYPE} state has 'keys' and 'digest' both or neither")
         expected = None if count is None or digest is None else (count, digest)

@@ -50,7 +50,7 @@ from functools import partial
 from typing import Any, Literal
 
 from aioload.faults.guard import StreamGuard
-from aioload.read.fetch import Skip
+from aioload.faults.policy import Skip
 from aioload.sources.parquet.arrow_rows import ArrowRows
 from aioload.sources.parquet.files import ParquetFiles
 from aioload.sources.parquet.state import READY_SLACK, RowsState, check_rows_state, refs_of

@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any
 
 from aioload.faults.guard import StreamGuard
-from aioload.faults.retrier import Skip
+from aioload.faults.policy import Skip
 from aioload.sources.streams.state import Ref, Run
 from aioload.sources.streams.tracked import OpenRun
 from aioload.urls import redact_url

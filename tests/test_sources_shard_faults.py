@@ -160,10 +160,8 @@ def test_a_sample_that_fails_to_decode_is_skipped_in_its_place(
         url = f"{server.url}/bad/b-{shard:04d}.tar"
         byte = offsets(shard_folder / "bad" / f"b-{shard:04d}.tar")[key(i)]
         assert item.where == f"{url}, byte {byte}"
-        assert item.error_type == "aioload.sources.decoders.DecodeError" and item.attempts == 1
-        assert f"key '{key(i)}' ({url}, byte {byte}): aioload.sources.decoders.DecodeError" in str(
-            item
-        )
+        assert item.error_type == "aioload.errors.DecodeError" and item.attempts == 1
+        assert f"key '{key(i)}' ({url}, byte {byte}): aioload.errors.DecodeError" in str(item)
     assert {item.worker for item in report} == ({None} if workers == 0 else {0, 1})
     assert skipping.stats().epoch.skipped == len(CORRUPT)
 

@@ -26,16 +26,10 @@ import pytest
 
 from aioload import DataLoader, RetryPolicy, StreamGuard, TooManySkippedError, get_worker_info
 from aioload.faults.policy import FaultPolicy
-from aioload.sources import (
-    MixDataset,
-    ObjectServer,
-    ShardDataset,
-    ShardWriter,
-    default_decode,
-    open_store,
-)
+from aioload.sources import MixDataset, ShardDataset, ShardWriter, default_decode, open_store
 from aioload.sources.streams.faults import guarded_runs
 from aioload.sources.streams.state import Ref, Run
+from aioload.testing import ObjectServer
 
 SHARDS = 6
 PER_SHARD = 10

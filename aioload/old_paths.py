@@ -12,6 +12,10 @@ Ten old modules became packages of the same name (``aioload/samplers.py`` is now
 package gives what the old module defined, on first use, through :func:`old_name` in its
 ``__getattr__``.
 
+One old module had the name its package gives a function: ``aioload.sources.index_shards``.
+Imported through the finder, the module would be bound to that name, in place of the
+function; :func:`keep_names`, called by the package, registers such a path beforehand.
+
 A leaf: it imports no other module of aioload (the new modules are imported by name, when
 an old path is).
 
@@ -36,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MOVED", "OldPathFinder", "install", "old_name"]
+__all__ = ["MOVED", "OldPathFinder", "install", "keep_names", "old_name"]
 
 MOVED: Mapping[str, str] = {
     "aioload.arguments": "aioload.pipeline.arguments",
@@ -175,6 +179,31 @@ def install() -> None:
     """Adds the finder of old paths at the end of ``sys.meta_path`` (once)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
+
+
+def keep_names(package: str) -> None:
+    """Registers the old paths under ``package`` whose name the package binds to another object.
+
+    The import system binds a module it imports to its name in the parent package: through
+    the finder, an old path ``package.name`` would rebind a function ``package.name``. Each
+    such path is put in ``sys.modules`` at once (its new module is imported then), where an
+    import finds it without binding it. For the end of a package's ``__init__``.
+
+    Example::
+
+        >>> import aioload.sources, sys
+        >>> sys.modules["aioload.sources.index_shards"].__name__
+        'aioload.sources.tar.index_files'
+        >>> callable(aioload.sources.index_shards)
+        True
+    """
+    names = vars(sys.modules[package])
+    for old, new in MOVED.items():
+        parent, _, child = old.rpartition(".")
+        if parent != package or child not in names or isinstance(names[child], ModuleType):
+            continue
+        if not _is_submodule(package, child):
+            sys.modules.setdefault(old, importlib.import_module(new))
 
 
 def old_name(package: str, name: str) -> Any:

@@ -15,6 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -228,8 +229,13 @@ def test_each_old_path_imports_its_new_module(old: str) -> None:
             package.no_such_name  # noqa: B018
     else:
         assert not (ROOT / Path(*old.split("."))).with_suffix(".py").exists()
+        parent, _, child = old.rpartition(".")
+        before = vars(importlib.import_module(parent)).get(child)
         assert importlib.import_module(old) is module
         assert module.__spec__ is not None and module.__spec__.name == new
+        if before is not None and not isinstance(before, ModuleType):
+            # aioload.sources.index_shards, the function, stays the function.
+            assert vars(sys.modules[parent])[child] is before
 
 
 def test_only_the_old_paths_of_the_table_are_found() -> None:

@@ -72,6 +72,7 @@ from aioload.errors import (
     ShardStateError,
     TarFormatError,
 )
+from aioload.old_paths import keep_names
 from aioload.sources.cache.local import LocalCache
 from aioload.sources.decoders import Decoder, decode_image, default_decode
 from aioload.sources.jsonl.dataset import JsonLinesDataset
@@ -135,6 +136,10 @@ __all__ = [
     "open_store",
     "parse_size",
 ]
+
+
+# aioload/sources/index_shards.py, before the layout, has the name of the function here.
+keep_names(__name__)
 
 
 def __getattr__(name: str) -> Any:

@@ -121,7 +121,7 @@ class Layers:
         return (folder / "__init__.py").exists() or folder.with_suffix(".py").exists()
 
     def place(self, dotted: str) -> Place:
-        """The unit (and part) of module ``dotted``; KeyError where no floor has it."""
+        """The unit (and part, in a unit with floors of its own) of module ``dotted``."""
         parts = dotted.split(".")[1:]
         unit = parts[0] if parts else "__init__"
         if unit not in self.subfloors:

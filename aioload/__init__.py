@@ -37,6 +37,7 @@ from aioload.errors import (
 from aioload.faults.guard import StreamGuard
 from aioload.faults.policy import FaultPolicy, RetryPolicy, SkippedItem
 from aioload.loader import DEFAULT_CONCURRENCY, DEFAULT_MAX_WORKER_RESTARTS, DataLoader
+from aioload.old_paths import install as _install_old_paths
 from aioload.ranks import rank_and_world_size, split_by_rank_and_worker
 from aioload.samplers.builtin import (
     BatchSampler,
@@ -99,6 +100,10 @@ __all__ = [
     "rank_and_world_size",
     "split_by_rank_and_worker",
 ]
+
+# Pickles made before the modules moved into a package per job name the old module paths
+# (aioload.datasets, aioload.sources.shards, ...): those paths import the new modules.
+_install_old_paths()
 
 
 def __dir__() -> list[str]:

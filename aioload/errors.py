@@ -1,10 +1,17 @@
-"""Every public exception of aioload, in one place (re-exported by :mod:`aioload`).
+"""Every public exception of aioload, in one place.
 
 The errors of a failing *read* keep the dataset's own exception type (an
 ``OSError`` stays an ``OSError``) with notes naming the batch, its keys and the
-worker; the classes here are for what only the loader can tell: a stalled
+worker; the classes here are for what only aioload can tell: a stalled
 iteration, a dead worker, an error that could not be rebuilt, a read past its
-time, an epoch past its skip budget.
+time, an epoch past its skip budget, a batch that does not collate, and the
+sources' malformed shards, indexes, states and fields.
+
+Each is also exported where its users look for it: the loader's by :mod:`aioload`,
+the sources' (``TarFormatError``, ``ParquetFormatError``, ``ShardIndexError``,
+``ShardStateError``, ``DecodeError``) by :mod:`aioload.sources`, ``CollateTypeError`` by
+:mod:`aioload.collate`. A skip record or a worker's error report names each by this
+module (``aioload.errors.DecodeError``). A leaf: it imports nothing of aioload.
 """
 
 from __future__ import annotations
@@ -13,10 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "CollateTypeError",
     "DatasetKindError",
+    "DecodeError",
     "ItemTimeoutError",
     "LoaderTimeoutError",
     "ParquetFormatError",
+    "ShardIndexError",
+    "ShardStateError",
     "TarFormatError",
     "TooManySkippedError",
     "WorkerCrashedError",
@@ -128,3 +139,83 @@ class WorkerError(RuntimeError):
 
     Its message names the original type; the worker's traceback is in a note.
     """
+
+
+class CollateTypeError(TypeError, RuntimeError):
+    """An entry of a batch whose type cannot be collated with the field's other entries.
+
+    For example ``None`` among arrays. The message names the type, the entry (the sample's
+    index in the batch) and the field (its path in the sample, e.g. ``['image']``). It is a
+    ``TypeError``, as torch raises for a tensor followed by ``None``, and a ``RuntimeError``,
+    as torch raises for a numpy array or an int followed by ``None``: either ``except`` that
+    works with torch catches it.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from aioload import default_collate
+        >>> try:
+        ...     default_collate([{"image": np.zeros(3)}, {"image": None}])
+        ... except RuntimeError as error:  # or TypeError
+        ...     print(str(error).split("; ")[1])
+        found <class 'NoneType'> in field ['image'] at entry 1
+    """
+
+
+class ShardIndexError(ValueError):
+    """A shard index is malformed, of another version, or does not match its shard.
+
+    Its message names the index (or the shard) and what is wrong (raised by
+    :mod:`aioload.sources`, which re-exports it).
+    """
+
+
+class ShardStateError(ValueError):
+    """A shard stream state is malformed, of another version, or of another dataset.
+
+    Raised by the stream datasets of :mod:`aioload.sources` (which re-exports it) before
+    anything is read from the state.
+    """
+
+
+class DecodeError(ValueError):
+    """A field of a sample could not be decoded.
+
+    Attributes:
+        key: the sample's key (``__key__``), or the object's key.
+        field: the field (``"jpg"``, ``"seg.png"``) or the object's file name.
+        url: the shard (or object) the sample came from, password hidden.
+
+    The original error is the ``__cause__`` (raised by :mod:`aioload.sources`, which
+    re-exports it).
+
+    Example::
+
+        >>> error = DecodeError("bad jpg", key="000017", field="jpg")
+        >>> (error.key, error.field, isinstance(error, ValueError))
+        ('000017', 'jpg', True)
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        field: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.field = field
+        self.url = url
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only attributes: the default reduce would call __init__(message) only; the
+        # state carries the notes (where it was raised) across a worker's pickle too.
+        return (_rebuild_decode_error, (str(self), self.key, self.field, self.url), self.__dict__)
+
+
+def _rebuild_decode_error(
+    message: str, key: str | None, field: str | None, url: str | None
+) -> DecodeError:
+    return DecodeError(message, key=key, field=field, url=url)

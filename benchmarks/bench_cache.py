@@ -4,7 +4,7 @@ latency-bound store, and against the same shards read from local files, in the s
 Run by hand: ``python benchmarks/bench_cache.py [--quick] [--repeat 5]``.
 
 256 tar shards of 16 samples of 64 KiB (about 1 MiB a shard, 256 MiB in all), served by an
-:class:`~aioload.sources.ObjectServer` on 127.0.0.1 that answers every request after 20 ms
+:class:`~aioload.testing.ObjectServer` on 127.0.0.1 that answers every request after 20 ms
 (one GET per shard). Every case reads one whole epoch through ``DataLoader`` (``for``, 0
 workers, batch 32, ``shards_in_flight=4``, default collate of ``(uint8[65536], label)``
 samples) and counts samples per second; every batch is checked.
@@ -39,7 +39,8 @@ from bench_workers import Check, Measured, print_table, version
 from common import Rates, Run, Shared, Workload
 
 from aioload import DataLoader
-from aioload.sources import ObjectServer, ShardDataset, ShardWriter
+from aioload.sources import ShardDataset, ShardWriter
+from aioload.testing import ObjectServer
 
 SHARDS = 256
 PER_SHARD = 16

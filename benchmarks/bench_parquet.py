@@ -40,7 +40,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from aioload import DataLoader
-from aioload.sources import IterableParquetDataset, ParquetDataset, SeaweedFS, open_store
+from aioload.sources import IterableParquetDataset, ParquetDataset, open_store
+from aioload.testing import SeaweedFS
 
 FILES = 8
 ROWS = 100_000

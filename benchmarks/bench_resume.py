@@ -3,7 +3,7 @@
 Run by hand: ``python benchmarks/bench_resume.py [--quick] [--repeat 5]``.
 
 64 tar shards of 16 samples of 64 KiB, written by ``ShardWriter`` with their index files and
-served by an :class:`~aioload.sources.ObjectServer` on 127.0.0.1 that answers every request
+served by an :class:`~aioload.testing.ObjectServer` on 127.0.0.1 that answers every request
 after 20 ms. ``ShardDataset(shards_in_flight=4, shuffle_buffer=64)`` through ``DataLoader``
 (0 workers and 2 workers, batch 32):
 
@@ -33,7 +33,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from aioload import DataLoader
-from aioload.sources import ObjectServer, ShardDataset, ShardWriter
+from aioload.sources import ShardDataset, ShardWriter
+from aioload.testing import ObjectServer
 
 SHARDS = 64
 PER_SHARD = 16

@@ -4,7 +4,7 @@ Run by hand: ``python benchmarks/bench_shards.py [--quick] [--repeat 9]`` (about
 
 ``SHARDS`` (48) tar shards of unequal sizes (200 to 1,000 samples of 1 KiB each, drawn from
 a fixed seed), written by ``ShardWriter`` with their index files, are served by an
-:class:`~aioload.sources.ObjectServer` on 127.0.0.1, once answering every request after
+:class:`~aioload.testing.ObjectServer` on 127.0.0.1, once answering every request after
 20 ms (latency-bound, as a remote store) and once at once (what the client's CPU allows).
 One repetition of a case reads one epoch of each of ``WORLD`` ranks in turn — ``rank=r,
 world_size=3``, ``shuffle_shards=True`` with a new epoch each time, ``shards_in_flight=4``,
@@ -50,7 +50,8 @@ from bench_workers import Check, Measured, print_table, version
 from common import Rates, Run, Shared, Workload
 
 from aioload import DataLoader
-from aioload.sources import ObjectServer, ShardDataset, ShardWriter
+from aioload.sources import ShardDataset, ShardWriter
+from aioload.testing import ObjectServer
 
 SHARDS = 48
 SAMPLE_BYTES = 1024

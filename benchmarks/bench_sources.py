@@ -7,7 +7,7 @@ Two measurements of 64 KiB objects read with obstore, and one of tar shards stre
 printed as a table of medians over ``--repeat`` repetitions (with the fastest and slowest
 repetition), the CPU each object or sample costs, and the targets of the object-store issues:
 
-1. **Latency-bound**: an :class:`~aioload.sources.ObjectServer` (aiohttp, in its own process)
+1. **Latency-bound**: an :class:`~aioload.testing.ObjectServer` (aiohttp, in its own process)
    answers every request after 20 ms. Cases: the ceiling — 256 plain coroutines on one uvloop
    loop doing nothing but GETs, with obstore and with aiohttp; ``ObjectDataset`` through
    ``DataLoader`` (batch 32, ``concurrency=256``) with ``async for`` and with ``for`` on 0
@@ -69,15 +69,8 @@ from bench_workers import (
 from common import Rates, Run, Shared, Workload, optional, replay
 
 from aioload import DataLoader, RetryPolicy
-from aioload.sources import (
-    MixDataset,
-    ObjectDataset,
-    ObjectServer,
-    SeaweedFS,
-    ShardDataset,
-    ShardWriter,
-    open_store,
-)
+from aioload.sources import MixDataset, ObjectDataset, ShardDataset, ShardWriter, open_store
+from aioload.testing import ObjectServer, SeaweedFS
 
 aiohttp = optional("aiohttp")
 

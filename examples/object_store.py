@@ -34,7 +34,8 @@ import numpy as np
 import obstore
 
 from aioload import DataLoader
-from aioload.sources import ObjectDataset, SeaweedFS, ShardDataset, ShardWriter, open_store
+from aioload.sources import ObjectDataset, ShardDataset, ShardWriter, open_store
+from aioload.testing import SeaweedFS
 from aioload.testing.seaweedfs import find_weed
 
 SAMPLES = 512

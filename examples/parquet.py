@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aioload import DataLoader
-from aioload.sources import IterableParquetDataset, ParquetDataset, SeaweedFS, open_store
+from aioload.sources import IterableParquetDataset, ParquetDataset, open_store
+from aioload.testing import SeaweedFS
 
 FILES = 4
 ROWS_PER_FILE = 2_500

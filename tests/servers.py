@@ -34,7 +34,7 @@ def object_bytes(i: int) -> bytes:
 
 @pytest.fixture(scope="session")
 def seaweedfs() -> Iterator[Any]:
-    from aioload.sources import SeaweedFS
+    from aioload.testing import SeaweedFS
 
     with SeaweedFS(bucket="aioload-tests") as server:
         yield server
@@ -64,7 +64,7 @@ def object_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def object_server(object_folder: Path) -> Iterator[Any]:
-    from aioload.sources import ObjectServer
+    from aioload.testing import ObjectServer
 
     with ObjectServer(object_folder, latency=0.002) as server:
         yield server
@@ -72,7 +72,7 @@ def object_server(object_folder: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def flaky_server(object_folder: Path) -> Iterator[Any]:
-    from aioload.sources import ObjectServer
+    from aioload.testing import ObjectServer
 
     with ObjectServer(object_folder, error_rate=0.1, seed=1) as server:
         yield server

@@ -16,7 +16,8 @@ import pytest
 from marked import marked_processes
 
 from aioload.cli import EXIT_CODES, main
-from aioload.sources import ObjectServer, ShardWriter
+from aioload.sources import ShardWriter
+from aioload.testing import ObjectServer
 
 pytestmark = pytest.mark.slow
 

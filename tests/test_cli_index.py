@@ -24,10 +24,11 @@ import pytest
 
 from aioload import DataLoader
 from aioload.cli import EXIT_CODES, main
-from aioload.sources import ObjectServer, ShardDataset, ShardIndex, ShardWriter, open_store
+from aioload.sources import ShardDataset, ShardIndex, ShardWriter, open_store
 from aioload.sources.stores.braces import brace_pattern
 from aioload.sources.tar.index import INDEX_SUFFIX
 from aioload.sources.tar.indexes import index_command
+from aioload.testing import ObjectServer
 
 SHARDS = 6
 PER_SHARD = 9

@@ -445,7 +445,7 @@ async def upload(folder: Path, options: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def docs_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The store options of a SeaweedFS server whose bucket "bucket" holds the page's data."""
-    from aioload.sources import SeaweedFS
+    from aioload.testing import SeaweedFS
 
     folder = tmp_path_factory.mktemp("bucket")
     write_bucket(folder)

@@ -167,3 +167,28 @@ def test_every_error_the_docs_name_is_importable_where_they_say() -> None:
         if not any(isinstance(error, type) and issubclass(error, Exception) for error in found):
             missing.append(f"{name} (from {' or '.join(homes)})")
     assert not missing, f"the docs name errors that do not import: {missing}"
+
+
+@pytest.mark.timeout(60)
+def test_the_test_servers_are_in_aioload_testing_and_cost_no_optional_import() -> None:
+    # aioload.testing gives both servers; importing it, or aioload, imports no optional
+    # dependency (aiohttp runs in the server's own process); aioload.sources gives the
+    # same classes, on first use.
+    code = (
+        "import sys\n"
+        "import aioload\n"
+        "from aioload.testing import ObjectServer, SeaweedFS\n"
+        "heavy = ('torch', 'pyarrow', 'obstore', 'aiohttp', 'tqdm', 'aioload.sources')\n"
+        "print(sorted({m for m in sys.modules if m.split('.')[0] in heavy or m in heavy}))\n"
+        "import aioload.sources as sources\n"
+        "print(sources.ObjectServer is ObjectServer, sources.SeaweedFS is SeaweedFS)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.split("\n")[:2] == ["[]", "True True"], result.stdout

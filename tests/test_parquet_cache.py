@@ -17,13 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from aioload import DataLoader
-from aioload.sources import (
-    IterableParquetDataset,
-    LocalCache,
-    ObjectServer,
-    ParquetDataset,
-)
+from aioload.sources import IterableParquetDataset, LocalCache, ParquetDataset
 from aioload.stats.source_counts import SourceCounter
+from aioload.testing import ObjectServer
 
 FILES = 3
 ROWS = 600  # per file, in row groups of 40

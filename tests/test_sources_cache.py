@@ -22,7 +22,6 @@ from aioload import DataLoader
 from aioload.sources import (
     LocalCache,
     ObjectDataset,
-    ObjectServer,
     ShardDataset,
     ShardWriter,
     default_decode,
@@ -31,6 +30,7 @@ from aioload.sources import (
 from aioload.sources.cache.folder import CacheFolder
 from aioload.sources.cache.local import entry_identity
 from aioload.stats.source_counts import SourceCounter, SourceCounts
+from aioload.testing import ObjectServer
 
 SHARDS = 8
 PER_SHARD = 15

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from aioload import DataLoader
-from aioload.sources import ObjectServer, ShardDataset, ShardWriter, default_decode
+from aioload.sources import ShardDataset, ShardWriter, default_decode
 from aioload.sources.streams.state import ShardStateError
+from aioload.testing import ObjectServer
 
 SIZES = [9, 4, 13, 6]  # samples per shard: 32 in all
 TOTAL = sum(SIZES)

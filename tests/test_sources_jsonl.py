@@ -457,7 +457,7 @@ def test_a_missing_file_is_skipped_or_raises(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from aioload.sources import ObjectServer
+    from aioload.testing import ObjectServer
 
     root = tmp_path_factory.mktemp("served")
     write_files(root / "plain", ["none"])
@@ -468,7 +468,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def flaky(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from aioload.sources import ObjectServer
+    from aioload.testing import ObjectServer
 
     root = tmp_path_factory.mktemp("flaky")
     write_files(root / "plain", ["none", "gzip"])

@@ -14,7 +14,8 @@ import pytest
 from servers import OBJECT_SIZE, OBJECTS, object_bytes
 
 from aioload import DataLoader
-from aioload.sources import ObjectDataset, ObjectListing, ObjectServer, open_store
+from aioload.sources import ObjectDataset, ObjectListing, open_store
+from aioload.testing import ObjectServer
 
 
 def decode_number(data: Any) -> tuple[int, int]:

@@ -26,16 +26,10 @@ import pytest
 
 from aioload import DataLoader, RetryPolicy, StreamGuard, TooManySkippedError, get_worker_info
 from aioload.faults.policy import FaultPolicy
-from aioload.sources import (
-    MixDataset,
-    ObjectServer,
-    ShardDataset,
-    ShardWriter,
-    default_decode,
-    open_store,
-)
+from aioload.sources import MixDataset, ShardDataset, ShardWriter, default_decode, open_store
 from aioload.sources.streams.faults import guarded_runs
 from aioload.sources.streams.state import Ref, Run
+from aioload.testing import ObjectServer
 
 SHARDS = 6
 PER_SHARD = 10
@@ -160,10 +154,8 @@ def test_a_sample_that_fails_to_decode_is_skipped_in_its_place(
         url = f"{server.url}/bad/b-{shard:04d}.tar"
         byte = offsets(shard_folder / "bad" / f"b-{shard:04d}.tar")[key(i)]
         assert item.where == f"{url}, byte {byte}"
-        assert item.error_type == "aioload.sources.decoders.DecodeError" and item.attempts == 1
-        assert f"key '{key(i)}' ({url}, byte {byte}): aioload.sources.decoders.DecodeError" in str(
-            item
-        )
+        assert item.error_type == "aioload.errors.DecodeError" and item.attempts == 1
+        assert f"key '{key(i)}' ({url}, byte {byte}): aioload.errors.DecodeError" in str(item)
     assert {item.worker for item in report} == ({None} if workers == 0 else {0, 1})
     assert skipping.stats().epoch.skipped == len(CORRUPT)
 

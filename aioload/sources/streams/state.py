@@ -38,6 +38,7 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
+from aioload.errors import ShardStateError
 from aioload.sources.streams.checks import Span, check_spans, shuffle_bound
 from aioload.sources.streams.split import Segment, take, worker_segments
 
@@ -62,10 +63,6 @@ STATE_VERSION = 1
 
 Ref = tuple[int, int, int, int, str]
 """One sample held by a shuffle buffer: shard, position, first byte, end byte, key."""
-
-
-class ShardStateError(ValueError):
-    """A shard stream state is malformed, of another version, or of another dataset."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
+from aioload.errors import ShardIndexError
+
 __all__ = ["INDEX_FORMAT", "INDEX_SUFFIX", "INDEX_VERSION", "ShardIndex", "ShardIndexError"]
 
 INDEX_SUFFIX = ".idx.json"
@@ -46,13 +48,6 @@ INDEX_VERSION = 1
 """The version of the index file layout this aioload writes and reads."""
 
 BLOCK = 512  # a tar block: every header, body and padding is made of whole blocks
-
-
-class ShardIndexError(ValueError):
-    """A shard index is malformed, of another version, or does not match its shard.
-
-    Its message names the index (or the shard) and what is wrong.
-    """
 
 
 Offsets = npt.NDArray[np.int64]

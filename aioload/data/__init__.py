@@ -10,7 +10,8 @@ Modules:
 - ``iterable``: ``IterableDataset`` and ``ChainDataset``;
 - ``row_block``: ``RowBlock``, a batch held by columns that collates itself;
 - ``shared_list``: ``SharedList``, a read-only list that workers share;
-- ``epochs``: the epochs ``set_epoch`` gave a dataset, for a worker's copy.
+- ``epochs``: the epochs ``set_epoch`` gave a dataset, for a worker's copy;
+- ``protocol``: which protocol a dataset speaks (``DatasetProtocol``, ``inspect_dataset``).
 
 Used by the reader, the backends and the sources (``Dataset``, ``IterableDataset``,
 ``RowBlock``). The public names are exported by :mod:`aioload`; nothing is re-exported

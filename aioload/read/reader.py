@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aioload.backends.base import Outcome
 from aioload.collate.core import default_collate
 from aioload.collate.errors import name_keys
 from aioload.data.protocol import DatasetProtocol
@@ -52,6 +51,7 @@ from aioload.faults.retrier import Retrier
 from aioload.ranks import LauncherRanks
 from aioload.read.eager import ItemPool
 from aioload.read.fetch import Fetcher, GuardedFetcher
+from aioload.read.outcome import Outcome
 from aioload.read.streams import StreamReader
 from aioload.stats.source_counts import SourceCounts
 

@@ -75,15 +75,17 @@ def train(
     *,
     resume: bool = False,
     stop_at: int | None = None,
-) -> tuple[Progress, torch.nn.Module]:
+) -> tuple[Progress, torch.nn.Linear]:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(SAMPLES, 8)).astype(np.float32)
     y = (x @ rng.normal(size=8)).astype(np.float32)
     dataset = ArrayDataset(x, y, np.arange(SAMPLES))
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[Any] = DistributedSampler(
         dataset, num_replicas=accelerator.num_processes, rank=accelerator.process_index, seed=0
     )
-    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, num_workers=workers)
+    loader: DataLoader[Any] = DataLoader(
+        dataset, batch_size=BATCH, sampler=sampler, num_workers=workers
+    )
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -24,10 +24,18 @@ What to keep in mind with Lightning:
   passed to ``fit``) in the order they were saved: build the same loaders on resume.
 - Every ``iter(loader)`` is a new epoch, which is how Lightning iterates: one ``iter`` per
   epoch; with ``shuffle=True`` and a ``generator`` seed each epoch is reshuffled the same
-  way in the resumed run.
+  way in the resumed run. Lightning also calls ``iter(loader)`` once before training, to
+  check that the loader is iterable, and drops it: aioload counts that as an epoch begun,
+  so the epochs Lightning trains on are the loader's second, third, ... (the same in the
+  resumed run: the checkpoint below says epoch 1).
+- Reading ``self.trainer.estimated_stepping_batches`` in ``configure_optimizers`` (for
+  ``OneCycleLR``, say) makes Lightning 2.6 drop the loader states of the checkpoint
+  (Lightning-AI/pytorch-lightning#20550): the resumed epoch then starts over. Compute the
+  total from ``len(loader)`` and ``max_epochs`` instead.
 
 Run: ``python examples/lightning_train.py [--workers N]`` (``pip install torch
-pytorch-lightning``; the CPU is enough).
+pytorch-lightning``; the CPU is enough). With the ``lightning`` package the same code imports
+``lightning.pytorch as pl``.
 """
 
 from __future__ import annotations

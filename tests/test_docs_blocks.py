@@ -355,6 +355,12 @@ class ShuffledKeys:
             yield collected[i]
 '''
 
+# docs/migrating-from.md reads the same bucket (its image shards: imagenet/train-*.tar).
+PREAMBLES["docs/migrating-from.md"] = """
+options = json.loads(os.environ["DOCS_BUCKET_OPTIONS"])
+"""
+BUCKET_PAGES = {"docs/object-stores.md", "docs/migrating-from.md"}
+
 # What runs before a block holding the key (after its page's preamble).
 SETUPS = {
     "# 3 ranks over shards of 17, 3, 25, 1, 11, 8 and 14 samples": """
@@ -388,7 +394,8 @@ REWRITES = {"docs/object-stores.md": {'"/scratch/': '"scratch/'}}
 
 
 def write_bucket(folder: Path) -> None:
-    """What docs/object-stores.md reads from s3://bucket/, as files under ``folder``."""
+    """What docs/object-stores.md and docs/migrating-from.md read from s3://bucket/, as files
+    under ``folder``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zstandard
@@ -420,6 +427,15 @@ def write_bucket(folder: Path) -> None:
         lines = "".join(json.dumps({"text": f"{number}-{i}"}) + "\n" for i in range(10))
         data = zstandard.ZstdCompressor().compress(lines.encode())
         (folder / f"chat-{number:04d}.jsonl.zst").write_bytes(data)
+    # docs/migrating-from.md: 8 image shards of 16 samples, an 8x8 JPEG and its class each
+    (folder / "imagenet").mkdir()
+    for number in range(8):
+        pattern = str(folder / "imagenet/train-%06d.tar")
+        with ShardWriter(pattern, 16, start_shard=number) as writer:
+            for i in range(16):
+                out = io.BytesIO()
+                Image.new("RGB", (8, 8), (16 * i, 30 * number, 0)).save(out, "JPEG")
+                writer.write({"__key__": f"{number:04d}{i:04d}", "jpg": out.getvalue(), "cls": i})
     (folder / "table").mkdir()
     for number in range(2):
         rows = range(500 * number, 500 * (number + 1))
@@ -542,7 +558,7 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    if block.page == "docs/object-stores.md":
+    if block.page in BUCKET_PAGES:
         env["DOCS_BUCKET_OPTIONS"] = json.dumps(request.getfixturevalue("docs_bucket"))
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=100, cwd=tmp_path, env=env, check=False

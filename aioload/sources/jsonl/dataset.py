@@ -58,13 +58,13 @@ from aioload.faults.guard import StreamGuard
 from aioload.sources.cache.local import LocalCache, entry_identity
 from aioload.sources.decompress import COMPRESSIONS, Compression, decompressed, zstd_decompressor
 from aioload.sources.jsonl.lines import SUFFIXES, compression_of, is_blank, numbered_lines
+from aioload.sources.stores.braces import expand_urls
 from aioload.sources.stores.reads import STREAM_CHUNK, open_read
 from aioload.sources.stores.store import StoreLocation
 from aioload.sources.streams.dataset import StreamDataset, check_count
 from aioload.sources.streams.faults import decoded, guarded_runs
 from aioload.sources.streams.state import Ref, Run, ShardStateError, StreamState, check_state
 from aioload.sources.streams.tracked import OpenRun, reread, resumed_stream
-from aioload.sources.tar.dataset import expand_urls
 from aioload.stats.source_counts import SourceCounter, SourceCounts
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather
 from aioload.sources.streams.interleave import _DONE, _Reader
 from aioload.sources.streams.state import Ref, Run, StreamState
-from aioload.sources.tar.indexes import INDEX_CONCURRENCY, in_order
 
 __all__ = ["OpenRun", "ReadRefs", "TrackedStream", "reread", "resumed_stream"]
 
@@ -220,6 +220,6 @@ async def reread(refs: Sequence[Ref], whole: Callable[[int], bool], read: ReadRe
         else:
             groups.append([ref])
     found: dict[tuple[int, int], Any] = {}
-    for part in await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY):
+    for part in await bounded_gather([partial(read, group) for group in groups], READS_AT_ONCE):
         found.update(part)
     return [found[ref[0], ref[1]] for ref in refs]

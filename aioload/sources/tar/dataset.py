@@ -74,10 +74,11 @@ import numpy as np
 from aioload.faults.guard import StreamGuard
 from aioload.sources.cache.local import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
-from aioload.sources.decompress import Compression, decompressed, zstd_decompressor
-from aioload.sources.stores.braces import expand_braces
+from aioload.sources.decompress import decompressed, zstd_decompressor
+from aioload.sources.stores.braces import expand_urls
 from aioload.sources.stores.reads import open_read
 from aioload.sources.stores.store import StoreLocation
+from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather, run_blocking
 from aioload.sources.streams.dataset import StreamDataset
 from aioload.sources.streams.faults import decoded, guarded_runs
 from aioload.sources.streams.interleave import interleave
@@ -85,82 +86,15 @@ from aioload.sources.streams.split import Segment
 from aioload.sources.streams.state import Ref, Run, ShardStateError, StreamState, check_state
 from aioload.sources.streams.tracked import OpenRun, reread, resumed_stream
 from aioload.sources.tar.index import BLOCK, ShardIndex
-from aioload.sources.tar.indexes import (
-    INDEX_CONCURRENCY,
-    MissingIndexes,
-    find_index,
-    in_order,
-    put_index,
-    run_blocking,
-    warn_built,
-)
-from aioload.sources.tar.reader import group_samples, iter_tar, iter_tar_spans
+from aioload.sources.tar.indexes import MissingIndexes, find_index, put_index, warn_built
+from aioload.sources.tar.reader import group_samples, iter_tar, iter_tar_spans, tar_compression
 from aioload.sources.tar.reads import group_spans, range_chunks
 from aioload.sources.tar.segments import count_mismatch, key_mismatch, range_stream
 from aioload.stats.source_counts import SourceCounter, SourceCounts
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
-__all__ = ["TAR_SUFFIXES", "ShardDataset", "default_decode", "expand_urls", "tar_compression"]
-
-
-TAR_SUFFIXES: dict[str, Compression] = {
-    ".tar.gz": "gzip",
-    ".tgz": "gzip",
-    ".tar.zst": "zstd",
-    ".tzst": "zstd",
-    ".tar.bz2": "bz2",
-    ".tbz2": "bz2",
-    ".tbz": "bz2",
-    ".tar.xz": "xz",
-    ".txz": "xz",
-}
-"""The names of shards compressed as a whole, and the compression each one means."""
-
-
-def tar_compression(path: str) -> Compression:
-    """How a shard is stored, by its name (case ignored): ``"none"`` but for the names of
-    :data:`TAR_SUFFIXES`.
-
-    Example::
-
-        >>> tar_compression("s3://b/train-0001.tar.gz"), tar_compression("a.tar")
-        ('gzip', 'none')
-    """
-    name = path.lower()
-    for suffix, compression in TAR_SUFFIXES.items():
-        if name.endswith(suffix):
-            return compression
-    return "none"
-
-
-def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """A list of URLs from a list, or from a brace pattern (WebDataset's notation).
-
-    A pattern expands as bash expands it (:func:`~aioload.sources.stores.braces.expand_braces`):
-    lists ``{train,val}``, ranges ``{000..099}`` (zero padded as the bounds are written)
-    and ``{0..100..10}`` (with a step), nested and several groups; each string of a list
-    is expanded too.
-
-    Raises:
-        ValueError: an unmatched brace (never left in a URL as literal text).
-        TypeError: a URL that is not a str.
-
-    Example::
-
-        >>> expand_urls("s3://b/shard-{00..02}.tar")
-        ['s3://b/shard-00.tar', 's3://b/shard-01.tar', 's3://b/shard-02.tar']
-        >>> expand_urls("s3://b/{train,val}-{0..10..5}.tar")[:4]
-        ['s3://b/train-0.tar', 's3://b/train-5.tar', 's3://b/train-10.tar', 's3://b/val-0.tar']
-    """
-    if isinstance(urls, str):
-        return expand_braces(urls)
-    expanded = []
-    for url in urls:
-        if not isinstance(url, str):
-            raise TypeError(f"shard URLs should be str; got {url!r}")
-        expanded += expand_braces(url)
-    return expanded
+__all__ = ["ShardDataset", "default_decode"]
 
 
 class ShardDataset(StreamDataset[StreamState]):
@@ -433,9 +367,9 @@ class ShardDataset(StreamDataset[StreamState]):
         """
         if self._indexes is None:
             missing = MissingIndexes(self.urls)  # warns before the first shard read whole
-            found = await in_order(
+            found = await bounded_gather(
                 [partial(self._find_index, i, missing=missing) for i in range(len(self.urls))],
-                INDEX_CONCURRENCY,
+                READS_AT_ONCE,
             )
             warn_built(
                 [redact_url(self.urls[i]) for i, (_, built) in enumerate(found) if built],
@@ -465,9 +399,9 @@ class ShardDataset(StreamDataset[StreamState]):
             # Loaded already: the shards read to build their indexes are not read again.
             indexes, built = self._indexes, sorted(self._built)
         else:
-            found = await in_order(
+            found = await bounded_gather(
                 [partial(self._find_index, i, build=overwrite) for i in range(len(self.urls))],
-                INDEX_CONCURRENCY,
+                READS_AT_ONCE,
             )
             indexes = [index for index, _ in found]
             built = [i for i, (_, was_built) in enumerate(found) if was_built]
@@ -477,7 +411,7 @@ class ShardDataset(StreamDataset[StreamState]):
             url = redact_url(self.urls[number])
             return await put_index(self._locations[root], path, url, indexes[number])
 
-        written = await in_order([partial(write, i) for i in built], INDEX_CONCURRENCY)
+        written = await bounded_gather([partial(write, i) for i in built], READS_AT_ONCE)
         self._indexes, self._built = indexes, set()
         return written
 

@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from aioload.sources.cache.local import LocalCache, entry_identity
-from aioload.sources.objects.dataset import ObjectListing
+from aioload.sources.objects.listing import ObjectListing
 from aioload.sources.parquet.footer import (
     Footer,
     ParquetFormatError,

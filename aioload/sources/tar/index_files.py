@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import obstore
 
 from aioload.errors import TarFormatError
-from aioload.sources.objects.dataset import ObjectListing
+from aioload.sources.objects.listing import ObjectListing
 from aioload.sources.stores.braces import expand_urls
 from aioload.sources.stores.reads import open_read
 from aioload.sources.stores.store import StoreLocation, StoreLocations, raise_translated

@@ -66,18 +66,19 @@ def split_over(
     if owners == {(rank, world_size)}:
         return 0, 1
     sizes = {size for _, size in owners}
-    size = sizes.pop() if len(sizes) == 1 else None
+    size = next(iter(sizes)) if len(sizes) == 1 else None
     if (
         is_int(size)
         and len(owners) == size
         and all(isinstance(owner, int) and 0 <= owner < size for owner, _ in owners)
     ):
         return rank, world_size
-    ranks = sorted(repr(owner) for owner, _ in owners)
+    ranks = ", ".join(sorted(repr(owner) for owner, _ in owners))
+    of = ", ".join(sorted(map(repr, sizes)))
     fail(
-        f"the states are of rank(s) {', '.join(ranks):.80} of {sorted(map(repr, sizes))!r:.40}"
-        f", this dataset is rank {rank} of {world_size}: resume a rank from "
-        "its own states, or every rank from all ranks' states (merge_states)"
+        f"the states are of rank(s) {ranks:.80} of {of:.40}, this dataset is rank {rank} of "
+        f"{world_size}: resume a rank from its own states, or every rank from all ranks' "
+        "states (merge_states)"
     )
 
 

@@ -107,10 +107,12 @@ class CountedReads:
         >>> class Objects(CountedReads):
         ...     def __init__(self) -> None:
         ...         self._counts = SourceCounter()
+        ...     def read(self, data: bytes) -> None:   # a read from the store
+        ...         self._counts.received(len(data))
         >>> objects = Objects()
-        >>> objects._counts.received(4096)
-        >>> objects.take_source_counts()
-        SourceCounts(cache_hits=0, cache_misses=0, store_bytes=4096)
+        >>> objects.read(b"x" * 4096)
+        >>> objects.take_source_counts(), objects.take_source_counts()
+        (SourceCounts(cache_hits=0, cache_misses=0, store_bytes=4096), None)
     """
 
     _counts: SourceCounter

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather
-from aioload.sources.streams.interleave import _DONE, _Reader
+from aioload.sources.streams.interleave import END, ReadAhead
 from aioload.sources.streams.state import Ref, Run, StreamState
 
 __all__ = ["OpenRun", "ReadRefs", "TrackedStream", "reread", "resumed_stream"]
@@ -46,7 +46,7 @@ class _Slot:
 
     def __init__(self, run: Run, open_run: OpenRun, buffer: int) -> None:
         self.left = run
-        self.reader = _Reader(open_run(run), buffer)
+        self.reader = ReadAhead(open_run(run), buffer)
 
 
 class TrackedStream:
@@ -122,7 +122,7 @@ class TrackedStream:
             while rotation:
                 slot = rotation[self._turn]
                 item = await slot.reader.next()
-                if item is _DONE:
+                if item is END:
                     if self._in_line:
                         rotation[self._turn] = self._in_line.popleft()
                     else:

@@ -22,7 +22,6 @@ for a stream that reads each once).
 from __future__ import annotations
 
 import asyncio
-import numbers
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from aioload.checks import is_integral
 from aioload.data.datasets import Dataset
 from aioload.sources.parquet.arrow_rows import ArrowRows, take_rows
 from aioload.sources.parquet.files import ParquetFiles
@@ -151,7 +151,7 @@ class ParquetDataset(CountedReads, Dataset[Any]):
         return redact_url(self.files.urls[file]), group, int(row[0])
 
     def _check_index(self, index: Any) -> int:
-        if not isinstance(index, numbers.Integral) or isinstance(index, bool):
+        if not is_integral(index):
             raise TypeError(f"a ParquetDataset is indexed by row number (an int); got {index!r}")
         total = len(self)
         position = int(index) + total if index < 0 else int(index)

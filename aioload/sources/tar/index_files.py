@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 import obstore
 
+from aioload.checks import is_int
 from aioload.errors import TarFormatError
 from aioload.sources.objects.listing import ObjectListing
 from aioload.sources.stores.braces import expand_urls
@@ -139,7 +140,7 @@ async def index_shards(
         PermissionError, ConnectionError, ...: a failure that is not the shard's own
             (the run stops; the index files written so far are whole and stay).
     """
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+    if not is_int(concurrency) or concurrency < 1:
         raise ValueError(f"concurrency should be an int >= 1; got {concurrency!r}")
     stores = StoreLocations(store_options or {})
 

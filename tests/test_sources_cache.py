@@ -262,7 +262,7 @@ def test_a_crash_mid_download_leaves_nothing_corrupt(
         from aioload.sources.cache.local import entry_identity
         dataset = ShardDataset({url!r}, cache_dir={str(tmp_path)!r}, cache_limit={10 * size})
         folder = dataset.cache._folder
-        location = dataset._locations[dataset._paths[0][0]]
+        location = dataset._objects[0][0]
         files = folder.files(entry_identity({url!r}, location), "s-000.tar")
         assert folder.lock_entry(files) is not None
         part = folder.reserve(files, {size})
@@ -758,7 +758,7 @@ def test_links_planted_in_the_folder_are_never_followed(
     folder = tmp_path / "cache"
     dataset = ShardDataset(url, decode=label, cache_dir=folder, cache_limit="1GB")
     assert dataset.cache is not None
-    location = dataset._locations[dataset._paths[0][0]]
+    location = dataset._objects[0][0]
     files = dataset.cache._folder.files(entry_identity(url, location), "s-000.tar")
     victims = {}
     for suffix in ("part", "lock"):

@@ -77,12 +77,13 @@ from aioload.sources.cache.local import LocalCache
 from aioload.sources.decoders import Decoder, decode_image, default_decode
 from aioload.sources.jsonl.dataset import JsonLinesDataset
 from aioload.sources.mix import MixDataset
-from aioload.sources.objects.dataset import ObjectDataset, ObjectListing
-from aioload.sources.objects.listing import ShuffledListing
+from aioload.sources.objects.dataset import ObjectDataset
+from aioload.sources.objects.listing import ObjectListing, ShuffledListing
 from aioload.sources.sizes import parse_size
+from aioload.sources.stores.braces import expand_urls
 from aioload.sources.stores.store import DEFAULT_RETRY_CONFIG, is_transient, open_store
 from aioload.sources.streams.split import Segment
-from aioload.sources.tar.dataset import ShardDataset, expand_urls
+from aioload.sources.tar.dataset import ShardDataset
 from aioload.sources.tar.index import ShardIndex
 from aioload.sources.tar.index_files import IndexOutcome, index_shards
 from aioload.sources.tar.writer import ShardWriter

@@ -29,12 +29,12 @@ the order they come in a run where nothing fails, the bad ones left out.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import numpy as np
 
+from aioload.checks import is_int, is_real
 from aioload.data.datasets import IterableDataset
 from aioload.data.iterable import is_iterable_dataset
 from aioload.data.protocol import stream_is_async
@@ -170,16 +170,11 @@ class MixDataset(IterableDataset[Any]):
                 "give one weight per dataset"
             )
         for number, weight in enumerate(weights):
-            if (
-                not isinstance(weight, numbers.Real)
-                or isinstance(weight, bool)
-                or not math.isfinite(weight)
-                or weight <= 0
-            ):
+            if not is_real(weight) or not math.isfinite(weight) or weight <= 0:
                 raise ValueError(
                     f"weights should be positive finite numbers; weight {number} is {weight!r}"
                 )
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        if not is_int(seed) or seed < 0:
             raise ValueError(f"seed should be an int >= 0; got {seed!r}")
         if stop not in STOPS:
             raise ValueError(f"stop should be one of {', '.join(map(repr, STOPS))}; got {stop!r}")
@@ -269,7 +264,7 @@ class MixDataset(IterableDataset[Any]):
                 mix.set_epoch(epoch)
                 for batch in loader: ...
         """
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch should be an int >= 0; got {epoch!r}")
         self.epoch = epoch
         for source in self.datasets:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
 import re
 from decimal import Decimal
+
+from aioload.checks import is_integral
 
 __all__ = ["parse_size"]
 
@@ -52,17 +53,17 @@ def parse_size(size: int | str, what: str = "size") -> int:
         >>> parse_size("50GB"), parse_size("512MiB"), parse_size("1.5 GB"), parse_size(4096)
         (50000000000, 536870912, 1500000000, 4096)
     """
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral | str):
-        raise TypeError(f"{what} should be {ALLOWED}; got {size!r}")
-    if isinstance(size, numbers.Integral):
+    if is_integral(size):
         nbytes = int(size)
-    else:
+    elif isinstance(size, str):
         match = _SIZE.match(size)
         unit = match.group(2).lower() if match else ""
         if match is None or unit not in _UNITS:
             raise ValueError(f"{what} should be {ALLOWED}; got {size!r}")
         # Decimal: "1.1MB" is 1100000 bytes exactly, not what a float makes of it.
         nbytes = int(Decimal(match.group(1)) * _UNITS[unit])
+    else:
+        raise TypeError(f"{what} should be {ALLOWED}; got {size!r}")
     if nbytes < 1:
         raise ValueError(f"{what} should be at least 1 byte; got {size!r}")
     return nbytes

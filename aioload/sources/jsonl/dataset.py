@@ -58,14 +58,14 @@ from aioload.faults.guard import StreamGuard
 from aioload.sources.cache.local import LocalCache, entry_identity
 from aioload.sources.decompress import COMPRESSIONS, Compression, decompressed, zstd_decompressor
 from aioload.sources.jsonl.lines import SUFFIXES, compression_of, is_blank, numbered_lines
-from aioload.sources.stores.reads import STREAM_CHUNK, open_read
-from aioload.sources.stores.store import StoreLocation
+from aioload.sources.stores.braces import expand_urls
+from aioload.sources.stores.reads import STREAM_CHUNK, CountedReads, open_read
+from aioload.sources.stores.store import StoreLocation, StoreLocations
 from aioload.sources.streams.dataset import StreamDataset, check_count
 from aioload.sources.streams.faults import decoded, guarded_runs
 from aioload.sources.streams.state import Ref, Run, ShardStateError, StreamState, check_state
 from aioload.sources.streams.tracked import OpenRun, reread, resumed_stream
-from aioload.sources.tar.dataset import expand_urls
-from aioload.stats.source_counts import SourceCounter, SourceCounts
+from aioload.stats.source_counts import SourceCounter
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
@@ -77,7 +77,7 @@ JSONL_STATE_FORMAT = "aioload.jsonl-stream"
 LineRead = AsyncGenerator[tuple[bytes, Ref, bool], None]
 
 
-class JsonLinesDataset(StreamDataset[StreamState]):
+class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
     """Streams the lines of JSON-lines files (``.jsonl``, ``.ndjson``; gzip, zstd, bz2, xz).
 
     A sample is ``decode(json.loads(line))`` (the parsed value without ``decode``); see
@@ -182,13 +182,11 @@ class JsonLinesDataset(StreamDataset[StreamState]):
         self.decode = decode
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self._counts = SourceCounter()
-        self._locations: dict[str, StoreLocation] = {}
-        self._paths: list[tuple[str, str]] = []
+        stores = StoreLocations(store_options)  # one location per store root
+        self._objects: list[tuple[StoreLocation, str]] = []  # each file's store and path
         self._compressions: list[Compression] = []
         for url in self.urls:
-            parts = urlsplit(url)
-            path = parts.path.lstrip("/")
-            compression = compression_of(path) if given is None else given
+            compression = compression_of(urlsplit(url).path) if given is None else given
             if compression is None:
                 raise ValueError(
                     f"{redact_url(url)!r} is not a JSON-lines file: a name should end with "
@@ -197,10 +195,7 @@ class JsonLinesDataset(StreamDataset[StreamState]):
                 )
             if compression == "zstd" and "zstd" not in self._compressions:
                 zstd_decompressor()  # the extra is missing: say so now
-            root = f"{parts.scheme}://{parts.netloc}/"
-            if root not in self._locations:
-                self._locations[root] = StoreLocation(root, store_options)
-            self._paths.append((root, path))
+            self._objects.append(stores.of(url))
             self._compressions.append(compression)
 
     @property
@@ -212,18 +207,6 @@ class JsonLinesDataset(StreamDataset[StreamState]):
     def files_in_flight(self) -> int:
         """The files each worker streams at once."""
         return self.units_in_flight
-
-    def take_source_counts(self) -> SourceCounts | None:
-        """Cache hits and misses and bytes from the store since the previous call.
-
-        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
-        (see :mod:`aioload.stats.source_counts`).
-
-        Example::
-
-            dataset.take_source_counts()   # SourceCounts(cache_hits=0, ..., store_bytes=...)
-        """
-        return self._counts.take()
 
     def files(self, worker: int = 0, num_workers: int = 1) -> list[str]:
         """The URLs worker ``worker`` of ``num_workers`` of this rank reads this epoch.
@@ -319,8 +302,7 @@ class JsonLinesDataset(StreamDataset[StreamState]):
         """File ``number``'s stored bytes, whole (through the cache, if any), from an
         offset or a ``(first, end)`` range (from the store: one GET)."""
         url = redact_url(self.urls[number])
-        root, path = self._paths[number]
-        location = self._locations[root]
+        location, path = self._objects[number]
         opener = partial(_open_file, location, path, url, self._counts, self.chunk_size)
         if self.cache is None or byte_range != 0:
             return _chunks(opener, byte_range)
@@ -388,7 +370,8 @@ class JsonLinesDataset(StreamDataset[StreamState]):
 
     async def _reread(self, refs: Sequence[Ref]) -> list[bytes]:
         """The lines ``refs`` name, read again: one ranged GET per run of neighbours in a
-        plain file, one read of each compressed file (:func:`~.shard_stream.reread`)."""
+        plain file, one read of each compressed file
+        (:func:`~aioload.sources.streams.tracked.reread`)."""
         return await reread(refs, lambda number: self._compressions[number] != "none", self._refs)
 
     async def _refs(self, group: list[Ref]) -> dict[tuple[int, int], bytes]:

@@ -1,4 +1,4 @@
-"""ObjectDataset: a map-style async dataset over the objects of a store; ObjectListing.
+"""ObjectDataset: a map-style async dataset over the objects of a store.
 
 Each item is one GET (or one ranged GET) awaited on the loop that fetches it:
 the loader's loop with ``num_workers=0``, each worker's own loop otherwise,
@@ -6,10 +6,10 @@ where every worker builds its own obstore client on first use. Hundreds of
 reads are in flight per loop (the loader's ``concurrency``), which is what a
 latency-bound store needs.
 
-A listing is an async sampler: it yields keys page by page as the store's
-paginated listing returns them, so the first batch is fetched while the rest
-of a large bucket is still being listed. A dataset without keys offers it to the
-loader itself (:meth:`ObjectDataset.default_sampler`, see
+A listing (:class:`~aioload.sources.objects.listing.ObjectListing`) is an async
+sampler: it yields keys page by page as the store's paginated listing returns them, so
+the first batch is fetched while the rest of a large bucket is still being listed. A
+dataset without keys offers it to the loader itself (:meth:`ObjectDataset.default_sampler`, see
 :mod:`aioload.samplers.offered`): ``DataLoader(ObjectDataset(url))`` lists the
 prefix as it reads, and with ``shuffle=True`` collects the listing first
 (:class:`~aioload.sources.objects.listing.ShuffledListing`).
@@ -18,23 +18,24 @@ prefix as it reads, and with ``shuffle=True`` collects the listing first
 from __future__ import annotations
 
 import functools
-import numbers
 import os
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import obstore
 
+from aioload.checks import is_integral
 from aioload.data.datasets import Dataset
 from aioload.samplers.shuffling import Rng
 from aioload.sources.cache.local import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder
-from aioload.sources.objects.listing import ShuffledListing
-from aioload.sources.stores.store import StoreLocation, join_key, raise_translated
-from aioload.stats.source_counts import SourceCounter, SourceCounts
+from aioload.sources.objects.listing import ObjectListing, ShuffledListing
+from aioload.sources.stores.reads import CountedReads
+from aioload.sources.stores.store import StoreLocation, raise_translated
+from aioload.stats.source_counts import SourceCounter
 from aioload.urls import redact_url
 
-__all__ = ["ObjectDataset", "ObjectListing"]
+__all__ = ["ObjectDataset"]
 
 ByteRange = tuple[int, int | None]
 
@@ -43,8 +44,8 @@ def _check_range(byte_range: Any, what: str) -> ByteRange:
     if (
         not isinstance(byte_range, tuple)
         or len(byte_range) != 2
-        or not _is_int(byte_range[0])
-        or not (byte_range[1] is None or _is_int(byte_range[1]))
+        or not is_integral(byte_range[0])
+        or not (byte_range[1] is None or is_integral(byte_range[1]))
     ):
         raise TypeError(
             f"{what} should be a tuple (start, end) of ints (end exclusive, or None for the "
@@ -58,10 +59,6 @@ def _check_range(byte_range: Any, what: str) -> ByteRange:
     elif start < 0 or end <= start:
         raise ValueError(f"{what} should have 0 <= start < end; got {byte_range!r}")
     return start, end
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 async def _fetch(
@@ -86,64 +83,7 @@ async def _fetch(
     return data
 
 
-class ObjectListing:
-    """An async sampler of the keys under a prefix, listed lazily, page by page.
-
-    Keys are relative to the dataset's URL, so they index the dataset that made
-    the listing. The order is the store's (lexicographic for S3 and GCS).
-    Directory markers (keys ending in ``/``) are skipped. Every ``async for``
-    lists again.
-
-    Made by :meth:`ObjectDataset.listing`.
-
-    Example::
-
-        listing = dataset.listing()
-        loader = DataLoader(dataset, sampler=listing, batch_size=32)
-        keys = await listing.collect()      # or all of them at once
-    """
-
-    def __init__(self, location: StoreLocation, prefix: str, chunk_size: int) -> None:
-        if not _is_int(chunk_size) or chunk_size < 1:
-            raise ValueError(f"chunk_size should be a positive int; got {chunk_size!r}")
-        self._location = location
-        self.prefix = prefix
-        self.chunk_size = chunk_size
-
-    async def __aiter__(self) -> AsyncGenerator[str, None]:
-        location, prefix = self._location, self.prefix
-        # obstore lists whole path segments: list the folder, keep the keys that
-        # start with the (possibly partial) last segment.
-        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        listed = join_key(location.prefix, folder)
-        where = location.describe(listed)
-        try:
-            stream = obstore.list(location.store, listed or None, chunk_size=self.chunk_size)
-            pages = aiter(stream)
-        except Exception as error:
-            raise_translated(error, where)
-        while True:
-            try:
-                page = await anext(pages)
-            except StopAsyncIteration:
-                return
-            except Exception as error:
-                raise_translated(error, where)
-            for meta in page:
-                key = location.relative(meta["path"])
-                if key.startswith(prefix) and not key.endswith("/"):
-                    yield key
-
-    async def collect(self) -> list[str]:
-        """Every key of the listing, as a list."""
-        return [key async for key in self]
-
-    def __repr__(self) -> str:
-        location = self._location
-        return f"ObjectListing({location.describe(join_key(location.prefix, self.prefix))!r})"
-
-
-class ObjectDataset(Dataset[Any]):
+class ObjectDataset(CountedReads, Dataset[Any]):
     """A map-style async dataset: item ``key`` is the object at ``URL/key``, decoded.
 
     Args:
@@ -243,14 +183,6 @@ class ObjectDataset(Dataset[Any]):
             )
         return len(self._keys)
 
-    def take_source_counts(self) -> SourceCounts | None:
-        """Cache hits and misses and bytes from the store since the previous call.
-
-        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
-        (see :mod:`aioload.stats.source_counts`); counted in the process that reads.
-        """
-        return self._counts.take()
-
     def default_sampler(self, shuffle: bool, generator: Rng = None) -> Any:
         """The sampler a ``DataLoader`` given none takes its keys from.
 
@@ -291,7 +223,7 @@ class ObjectDataset(Dataset[Any]):
             if len(key) != 3:
                 raise TypeError(f"a ranged key should be (key, start, end); got {key!r}")
             key, byte_range = key[0], _check_range(key[1:], "a ranged key's (start, end)")
-        if _is_int(key):
+        if is_integral(key):
             keys = self._keys
             if keys is None:
                 raise TypeError(

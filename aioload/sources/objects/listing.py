@@ -1,6 +1,9 @@
-"""ShuffledListing: the keys of a store listing, collected once, reshuffled every epoch.
+"""The keys under a store prefix as samplers: listed page by page, or shuffled every epoch.
 
-What ``DataLoader(ObjectDataset(url), shuffle=True)`` samples with (through
+:class:`ObjectListing` yields the keys as the store's paginated listing returns them
+(what ``DataLoader(ObjectDataset(url))`` samples with, and how Parquet datasets and
+``aioload index`` list a prefix). :class:`ShuffledListing` collects them once and draws
+a new order every epoch: what ``DataLoader(ObjectDataset(url), shuffle=True)`` samples with (through
 :meth:`ObjectDataset.default_sampler <aioload.sources.ObjectDataset.default_sampler>`).
 A shuffle needs every key before the first one, so the first epoch starts by listing the
 whole prefix (one request per ``chunk_size`` keys: a million keys at 1,000 per page is a
@@ -18,11 +21,13 @@ over an unchanged prefix).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
+import obstore
 
+from aioload.checks import is_integral
 from aioload.samplers.builtin import GeneratorLike, as_generator
 from aioload.samplers.state import (
     SAMPLER_STATE_VERSION,
@@ -32,10 +37,68 @@ from aioload.samplers.state import (
     seed_from,
     state_field,
 )
+from aioload.sources.stores.store import StoreLocation, join_key, raise_translated
 
-__all__ = ["ShuffledListing"]
+__all__ = ["ObjectListing", "ShuffledListing"]
 
 _STATE_TYPE = "ShuffledListing"
+
+
+class ObjectListing:
+    """An async sampler of the keys under a prefix, listed lazily, page by page.
+
+    Keys are relative to the dataset's URL, so they index the dataset that made
+    the listing. The order is the store's (lexicographic for S3 and GCS).
+    Directory markers (keys ending in ``/``) are skipped. Every ``async for``
+    lists again.
+
+    Made by :meth:`ObjectDataset.listing`.
+
+    Example::
+
+        listing = dataset.listing()
+        loader = DataLoader(dataset, sampler=listing, batch_size=32)
+        keys = await listing.collect()      # or all of them at once
+    """
+
+    def __init__(self, location: StoreLocation, prefix: str, chunk_size: int) -> None:
+        if not is_integral(chunk_size) or chunk_size < 1:
+            raise ValueError(f"chunk_size should be a positive int; got {chunk_size!r}")
+        self._location = location
+        self.prefix = prefix
+        self.chunk_size = int(chunk_size)
+
+    async def __aiter__(self) -> AsyncGenerator[str, None]:
+        location, prefix = self._location, self.prefix
+        # obstore lists whole path segments: list the folder, keep the keys that
+        # start with the (possibly partial) last segment.
+        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        listed = join_key(location.prefix, folder)
+        where = location.describe(listed)
+        try:
+            stream = obstore.list(location.store, listed or None, chunk_size=self.chunk_size)
+            pages = aiter(stream)
+        except Exception as error:
+            raise_translated(error, where)
+        while True:
+            try:
+                page = await anext(pages)
+            except StopAsyncIteration:
+                return
+            except Exception as error:
+                raise_translated(error, where)
+            for meta in page:
+                key = location.relative(meta["path"])
+                if key.startswith(prefix) and not key.endswith("/"):
+                    yield key
+
+    async def collect(self) -> list[str]:
+        """Every key of the listing, as a list."""
+        return [key async for key in self]
+
+    def __repr__(self) -> str:
+        location = self._location
+        return f"ObjectListing({location.describe(join_key(location.prefix, self.prefix))!r})"
 
 
 class _Collects(Protocol):

@@ -22,7 +22,6 @@ for a stream that reads each once).
 from __future__ import annotations
 
 import asyncio
-import numbers
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -30,12 +29,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from aioload.checks import is_integral
 from aioload.data.datasets import Dataset
 from aioload.sources.parquet.arrow_rows import ArrowRows, take_rows
 from aioload.sources.parquet.files import ParquetFiles
 from aioload.sources.parquet.row_group_cache import RowGroupCache
 from aioload.sources.sizes import parse_size
-from aioload.stats.source_counts import SourceCounts
+from aioload.sources.stores.reads import CountedReads
 from aioload.urls import redact_url
 
 __all__ = ["ParquetDataset"]
@@ -46,7 +46,7 @@ DEFAULT_ROW_GROUP_CACHE = 256 << 20
 """Bytes of decoded row groups a ParquetDataset keeps per process, by default."""
 
 
-class ParquetDataset(Dataset[Any]):
+class ParquetDataset(CountedReads, Dataset[Any]):
     """Rows of Parquet files by global row number, read a batch at a time (map-style).
 
     Args:
@@ -112,6 +112,7 @@ class ParquetDataset(Dataset[Any]):
         **store_options: Any,
     ) -> None:
         self.files = ParquetFiles(urls_or_prefix, columns, cache_dir, cache_limit, store_options)
+        self._counts = self.files.counts  # what the files read is what this dataset read
         keep = (
             0
             if row_group_cache == 0 and not isinstance(row_group_cache, bool)
@@ -149,16 +150,8 @@ class ParquetDataset(Dataset[Any]):
         file, group = self.files.units[int(unit[0])]
         return redact_url(self.files.urls[file]), group, int(row[0])
 
-    def take_source_counts(self) -> SourceCounts | None:
-        """Cache hits and misses and bytes from the store since the previous call.
-
-        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
-        (see :mod:`aioload.stats.source_counts`).
-        """
-        return self.files.counts.take()
-
     def _check_index(self, index: Any) -> int:
-        if not isinstance(index, numbers.Integral) or isinstance(index, bool):
+        if not is_integral(index):
             raise TypeError(f"a ParquetDataset is indexed by row number (an int); got {index!r}")
         total = len(self)
         position = int(index) + total if index < 0 else int(index)

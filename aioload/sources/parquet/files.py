@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from aioload.sources.cache.local import LocalCache, entry_identity
-from aioload.sources.objects.dataset import ObjectListing
+from aioload.sources.objects.listing import ObjectListing
 from aioload.sources.parquet.footer import (
     Footer,
     ParquetFormatError,
@@ -58,10 +58,10 @@ from aioload.sources.parquet.read import (
     leaf_columns,
     read_row_groups,
 )
+from aioload.sources.stores.braces import expand_urls
 from aioload.sources.stores.reads import read_bytes
 from aioload.sources.stores.store import StoreLocations
-from aioload.sources.tar.dataset import expand_urls
-from aioload.sources.tar.indexes import INDEX_CONCURRENCY, in_order, run_blocking
+from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather, run_blocking
 from aioload.stats.source_counts import SourceCounter
 from aioload.urls import redact_url
 
@@ -176,8 +176,8 @@ class ParquetFiles:
                     self._urls = listed
         urls = self.urls
         read = self._footer_or_error if self.skip_unreadable else self._read_footer
-        found = await in_order(
-            [functools.partial(read, i) for i in range(len(urls))], INDEX_CONCURRENCY
+        found = await bounded_gather(
+            [functools.partial(read, i) for i in range(len(urls))], READS_AT_ONCE
         )
         unreadable = {i: error for i, error in enumerate(found) if isinstance(error, Exception)}
         if len(unreadable) == len(found):

@@ -56,10 +56,10 @@ from aioload.sources.parquet.files import ParquetFiles
 from aioload.sources.parquet.state import READY_SLACK, RowsState, check_rows_state, refs_of
 from aioload.sources.parquet.stream import Piece, RowStream, read_rows
 from aioload.sources.sizes import parse_size
+from aioload.sources.stores.reads import CountedReads
 from aioload.sources.streams.dataset import StreamDataset
 from aioload.sources.streams.split import Segment
 from aioload.sources.streams.state import Run
-from aioload.stats.source_counts import SourceCounts
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
@@ -81,7 +81,7 @@ class _Held:
         self.next = 0
 
 
-class IterableParquetDataset(StreamDataset[RowsState]):
+class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
     """Streams the rows of Parquet files by row group (see the module docstring).
 
     Args:
@@ -157,6 +157,7 @@ class IterableParquetDataset(StreamDataset[RowsState]):
         self.files = ParquetFiles(
             urls_or_prefix, columns, cache_dir, cache_limit, store_options, skip_unreadable=True
         )
+        self._counts = self.files.counts  # what the files read is what this dataset read
 
     @property
     def shuffle_row_groups(self) -> bool:
@@ -171,11 +172,6 @@ class IterableParquetDataset(StreamDataset[RowsState]):
     async def load(self) -> None:
         """Reads the footers (listing a prefix first), once."""
         await self.files.load()
-
-    def take_source_counts(self) -> SourceCounts | None:
-        """Cache hits and misses and bytes from the store since the previous call
-        (see :mod:`aioload.stats.source_counts`)."""
-        return self.files.counts.take()
 
     def __len__(self) -> int:
         """The rows this rank yields per epoch, the same on every rank (``split="rows"``).

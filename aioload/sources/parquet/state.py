@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from aioload.checks import is_int
 from aioload.sources.streams.checks import Span, check_spans, shuffle_bound
 from aioload.sources.streams.split import Segment
 from aioload.sources.streams.state import Run, ShardStateError, check_rng
@@ -133,7 +134,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def _count(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**62:
+    if not is_int(value) or not 0 <= value < 2**62:
         _fail(f"{name} should be an int >= 0; got {value!r:.80}")
     return int(value)
 

@@ -1,7 +1,8 @@
 """Brace patterns, as bash expands them: ``train-{000..099}.tar``, ``{train,val}/``, nested.
 
 WebDataset names a set of shards by a brace pattern; :func:`expand_braces` expands one
-with bash's semantics (the ``braceexpand`` package's, which WebDataset uses):
+with bash's semantics, and :func:`expand_urls` the URLs every dataset is given (a list, or
+one pattern) (the ``braceexpand`` package's, which WebDataset uses):
 
 - a list ``{a,b,c}`` gives each alternative in turn (an empty one too: ``{,.bak}``);
 - a range ``{N..M}`` counts from ``N`` to ``M``, up or down, ``{N..M..S}`` by steps of
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 
 from aioload.urls import redact_url
 
-__all__ = ["brace_pattern", "expand_braces"]
+__all__ = ["brace_pattern", "expand_braces", "expand_urls"]
 
 _INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$")
 _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$")
@@ -57,6 +58,35 @@ def expand_braces(pattern: str) -> list[str]:
     tokens = _tokens(pattern)
     _check_balanced(tokens, pattern)
     return _expand(tokens)
+
+
+def expand_urls(urls: str | Sequence[str]) -> list[str]:
+    """A list of URLs from a list, or from a brace pattern (WebDataset's notation).
+
+    A pattern expands as bash expands it (:func:`~aioload.sources.stores.braces.expand_braces`):
+    lists ``{train,val}``, ranges ``{000..099}`` (zero padded as the bounds are written)
+    and ``{0..100..10}`` (with a step), nested and several groups; each string of a list
+    is expanded too.
+
+    Raises:
+        ValueError: an unmatched brace (never left in a URL as literal text).
+        TypeError: a URL that is not a str.
+
+    Example::
+
+        >>> expand_urls("s3://b/shard-{00..02}.tar")
+        ['s3://b/shard-00.tar', 's3://b/shard-01.tar', 's3://b/shard-02.tar']
+        >>> expand_urls("s3://b/{train,val}-{0..10..5}.tar")[:4]
+        ['s3://b/train-0.tar', 's3://b/train-5.tar', 's3://b/train-10.tar', 's3://b/val-0.tar']
+    """
+    if isinstance(urls, str):
+        return expand_braces(urls)
+    expanded = []
+    for url in urls:
+        if not isinstance(url, str):
+            raise TypeError(f"shard URLs should be str; got {url!r}")
+        expanded += expand_braces(url)
+    return expanded
 
 
 def _tokens(pattern: str) -> list[tuple[Token, int]]:

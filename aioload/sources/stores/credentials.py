@@ -3,11 +3,18 @@
 An S3, GCS or Azure store built without credentials asks the cloud's instance-metadata
 service for them, at a link-local address, on its first request. Off a cloud VM that is a
 slow, confusing failure, so :func:`~aioload.sources.stores.store.open_store` refuses to build such
-a store (:func:`_check_credentials`) unless the caller passes credentials, in options or in
+a store (:func:`require_credentials`) unless the caller passes credentials, in options or in
 the environment, ``skip_signature=True``, a ``credential_provider`` or
 ``metadata_credentials=True``. The store's environment variables (``AWS_*``, ``GOOGLE_*``,
-``AZURE_*``, ``AZURITE_*``) are also what a store rebuilt in a worker process needs
-(:func:`_environment`).
+``AZURE_*``, ``AZURITE_*``: :func:`store_variables`) are also what a store rebuilt in a
+worker process needs (:func:`store_environment`).
+
+Example::
+
+    >>> require_credentials("s3://bucket/", "s3", {"skip_signature": True}, None, False)
+    >>> sorted(store_variables()) == sorted(
+    ...     name for name in os.environ if name.startswith(STORE_VARIABLE_PREFIXES))
+    True
 """
 
 from __future__ import annotations
@@ -15,10 +22,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
-# Every name here is private to the stores of aioload.sources.
-__all__: list[str] = []
+__all__ = [
+    "STORE_VARIABLE_PREFIXES",
+    "CloudKind",
+    "require_credentials",
+    "store_environment",
+    "store_variables",
+]
+
+CloudKind = Literal["s3", "gcs", "azure"]
+"""The stores that would ask a cloud's instance metadata for credentials."""
 
 # Options that say where a store's credentials come from, per kind of store; with none of
 # them (as an argument or in the environment) obstore would ask the instance metadata.
@@ -68,14 +83,34 @@ _AZURE_CREDENTIAL_ENV = (
 )
 
 
-def _check_credentials(
-    url: str,
-    options: Mapping[str, Any],
-    provider: Any,
-    metadata: bool,
-    keys: tuple[str, ...],
-    env: tuple[str, ...],
+_CREDENTIALS: dict[CloudKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "s3": (_S3_CREDENTIALS, _S3_CREDENTIAL_ENV),
+    "gcs": (_GCS_CREDENTIALS, _GCS_CREDENTIAL_ENV),
+    "azure": (_AZURE_CREDENTIALS, _AZURE_CREDENTIAL_ENV),
+}
+
+
+def require_credentials(
+    url: str, kind: CloudKind, options: Mapping[str, Any], provider: Any, metadata: bool
 ) -> None:
+    """Refuses to build a ``kind`` store for ``url`` that would ask the instance metadata.
+
+    Args:
+        url: the store's URL, for the message (redacted).
+        kind: the kind of store.
+        options: the store's options (its ``config`` mapping included).
+        provider: the ``credential_provider`` given, if any.
+        metadata: ``metadata_credentials=True``: asking the instance metadata is meant.
+
+    Raises:
+        ValueError: no credentials in ``options`` or the environment, no provider, and
+            ``metadata`` false; the message names what to pass.
+
+    Example::
+
+        require_credentials("s3://bucket/", "s3", options, None, False)
+    """
+    keys, env = _CREDENTIALS[kind]
     if metadata or provider is not None:
         return
     if any(options.get(key) for key in keys) or any(os.environ.get(name) for name in env):
@@ -92,18 +127,36 @@ def _check_credentials(
 
 
 # AZURITE_: the Azure emulator's address (AZURITE_BLOB_STORAGE_URL), read by obstore too.
-_ENVIRONMENT_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "AZURITE_")
+STORE_VARIABLE_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "AZURITE_")
+"""How the environment variables obstore reads when it builds a store begin."""
+
+
+def store_variables() -> dict[str, str]:
+    """The store variables of ``os.environ`` now (:data:`STORE_VARIABLE_PREFIXES`).
+
+    Example::
+
+        saved = store_variables()     # where a store's location is made
+    """
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(STORE_VARIABLE_PREFIXES)
+    }
 
 
 @contextlib.contextmanager
-def _environment(saved: Mapping[str, str]) -> Iterator[None]:
+def store_environment(saved: Mapping[str, str]) -> Iterator[None]:
     """The store variables of ``os.environ`` as ``saved`` has them, while a store is built.
 
     obstore reads them once, when a store is built; they are put back right after.
+
+    Example::
+
+        with store_environment(saved):     # in a worker process, say
+            store, _ = open_store(url, **options)
     """
-    before = {
-        name: value for name, value in os.environ.items() if name.startswith(_ENVIRONMENT_PREFIXES)
-    }
+    before = store_variables()
     if before == saved:
         yield
         return

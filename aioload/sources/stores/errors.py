@@ -17,7 +17,7 @@ import obstore.exceptions
 
 from aioload.urls import redact_url
 
-__all__ = ["is_transient", "raise_translated", "translate"]
+__all__ = ["error_summary", "is_transient", "raise_translated", "redact_error", "translate"]
 
 _STATUS = re.compile(r"status code: (\d{3})")
 _TIMEOUT = re.compile(r"timed out|TimedOut|deadline has elapsed", re.IGNORECASE)
@@ -27,18 +27,31 @@ _CONNECT = re.compile(
 )
 
 
-def _redacted(error: BaseException) -> BaseException:
+def redact_error(error: BaseException) -> BaseException:
     """``error`` with the URL passwords in its message hidden, for the traceback of its chain.
 
     obstore's messages (and their debug dump) name URLs as given, so that a
     traceback showing obstore's error as the cause would show the password.
+    Changes ``error`` itself, and returns it.
+
+    Example::
+
+        >>> redact_error(ValueError("GET http://u:hunter2@127.0.0.1:9/a failed")).args
+        ('GET http://u:***@127.0.0.1:9/a failed',)
     """
     error.args = tuple(redact_url(a) if isinstance(a, str) else a for a in error.args)
     return error
 
 
-def _summary(error: BaseException) -> str:
-    """obstore's message without its debug dump and the XML body of the server's answer."""
+def error_summary(error: BaseException) -> str:
+    """obstore's message of ``error`` on one line, without its debug dump and the XML body of
+    the server's answer, passwords in URLs hidden, at most 400 characters.
+
+    Example::
+
+        >>> error_summary(OSError("Generic S3 error: status code: 503\\n\\nDebug source: ..."))
+        'Generic S3 error: status code: 503'
+    """
     text = str(error).split("\n\nDebug source:", 1)[0]
     text = text.split(": <?xml", 1)[0]
     text = redact_url(" ".join(text.split()))  # obstore names the endpoint's URL as given
@@ -66,10 +79,10 @@ def translate(error: BaseException, where: str) -> BaseException:
     """
     if not isinstance(error, obstore.exceptions.BaseError | FileNotFoundError):
         return error
-    _redacted(error)  # it stays the cause of the translated error
+    redact_error(error)  # it stays the cause of the translated error
     where = redact_url(where)
-    summary = _summary(error)
-    match = _STATUS.search(summary)
+    text = error_summary(error)
+    match = _STATUS.search(text)
     status = int(match.group(1)) if match else None
     kind: type[Exception]
     if isinstance(error, FileNotFoundError) or status == 404:
@@ -87,11 +100,11 @@ def translate(error: BaseException, where: str) -> BaseException:
         kind, what = ConnectionError, f"server error (HTTP {status})"
     elif _TIMEOUT.search(str(error)):  # obstore says so only in its debug dump
         kind, what = TimeoutError, "timed out"
-    elif status is None and _CONNECT.search(summary):
+    elif status is None and _CONNECT.search(text):
         kind, what = ConnectionError, "cannot reach the server"
     else:
         kind, what = OSError, "request failed"
-    translated: Any = kind(f"{where}: {what}: {summary}")
+    translated: Any = kind(f"{where}: {what}: {text}")
     translated.url = where
     translated.status = status
     return translated  # type: ignore[no-any-return]

@@ -5,7 +5,8 @@ the rest of one from a sample's offset, a ranged read of a run of samples or
 of a shuffle buffer's samples. Errors are translated once, naming the object
 (:func:`~aioload.sources.stores.store.raise_translated`), and every chunk is
 counted as bytes received from the store
-(:class:`~aioload.stats.source_counts.SourceCounter`).
+(:class:`~aioload.stats.source_counts.SourceCounter`). :class:`CountedReads` hands a
+dataset's counts to the loader (its ``take_source_counts`` hook).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 import obstore
 
 from aioload.sources.stores.store import StoreLocation, raise_translated
-from aioload.stats.source_counts import SourceCounter
+from aioload.stats.source_counts import SourceCounter, SourceCounts
 
-__all__ = ["STREAM_CHUNK", "open_read", "read_bytes"]
+__all__ = ["STREAM_CHUNK", "CountedReads", "open_read", "read_bytes"]
 
 STREAM_CHUNK = 1 << 20  # bytes: the least obstore hands over at once while streaming
 
@@ -92,3 +93,39 @@ async def read_bytes(
     size, chunks = await open_read(location, path, url, counts, byte_range)
     parts = [chunk async for chunk in chunks]
     return size, bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+
+class CountedReads:
+    """What a dataset that reads a store counts, offered to the loader: the source-counts hook.
+
+    A dataset class inherits it and keeps the counter its reads update (through
+    :func:`open_read` and the local cache) as ``self._counts``; the loader takes the counts
+    after every batch, where the dataset is read (see :mod:`aioload.stats.source_counts`).
+
+    Example::
+
+        >>> class Objects(CountedReads):
+        ...     def __init__(self) -> None:
+        ...         self._counts = SourceCounter()
+        ...     def read(self, data: bytes) -> None:   # a read from the store
+        ...         self._counts.received(len(data))
+        >>> objects = Objects()
+        >>> objects.read(b"x" * 4096)
+        >>> objects.take_source_counts(), objects.take_source_counts()
+        (SourceCounts(cache_hits=0, cache_misses=0, store_bytes=4096), None)
+    """
+
+    _counts: SourceCounter
+
+    def take_source_counts(self) -> SourceCounts | None:
+        """Cache hits and misses and bytes from the store since the previous call (None:
+        nothing since).
+
+        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
+        (see :mod:`aioload.stats.source_counts`); counted in the process that reads.
+
+        Example::
+
+            dataset.take_source_counts()   # SourceCounts(cache_hits=0, ..., store_bytes=...)
+        """
+        return self._counts.take()

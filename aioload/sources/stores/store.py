@@ -48,21 +48,15 @@ from obstore.store import (
 )
 
 from aioload.sources.stores.credentials import (
-    _AZURE_CREDENTIAL_ENV,
-    _AZURE_CREDENTIALS,
-    _ENVIRONMENT_PREFIXES,
-    _GCS_CREDENTIAL_ENV,
-    _GCS_CREDENTIALS,
-    _S3_CREDENTIAL_ENV,
-    _S3_CREDENTIALS,
-    _check_credentials,
-    _environment,
+    require_credentials,
+    store_environment,
+    store_variables,
 )
 from aioload.sources.stores.errors import (
-    _redacted,
-    _summary,
+    error_summary,
     is_transient,
     raise_translated,
+    redact_error,
     translate,
 )
 from aioload.sources.stores.identity import store_identity
@@ -193,28 +187,22 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
                 elif isinstance(endpoint, str) and endpoint.startswith("http://"):
                     allow_http = True  # an explicit plain-HTTP endpoint (a local server)
             _client_flag(client, allow_http)
-            _check_credentials(
-                shown, options, provider, metadata, _S3_CREDENTIALS, _S3_CREDENTIAL_ENV
-            )
+            require_credentials(shown, "s3", options, provider, metadata)
             s3 = S3Store(parts.netloc, client_options=client or None, **common, **options)
             return s3, path
         _client_flag(client, allow_http)
         if scheme == "gs":
-            _check_credentials(
-                shown, options, provider, metadata, _GCS_CREDENTIALS, _GCS_CREDENTIAL_ENV
-            )
+            require_credentials(shown, "gcs", options, provider, metadata)
             gcs = GCSStore(parts.netloc, client_options=client or None, **common, **options)
             return gcs, path
         # az://CONTAINER/path, the account from the options or AZURE_STORAGE_ACCOUNT_NAME.
-        _check_credentials(
-            shown, options, provider, metadata, _AZURE_CREDENTIALS, _AZURE_CREDENTIAL_ENV
-        )
+        require_credentials(shown, "azure", options, provider, metadata)
         azure = AzureStore(parts.netloc, client_options=client or None, **common, **options)
         return azure, path
     except obstore.exceptions.UnknownConfigurationKeyError as error:
-        raise TypeError(f"{shown}: {_summary(error)}") from _redacted(error)
+        raise TypeError(f"{shown}: {error_summary(error)}") from redact_error(error)
     except obstore.exceptions.BaseError as error:
-        raise ValueError(f"{shown}: {_summary(error)}") from _redacted(error)
+        raise ValueError(f"{shown}: {error_summary(error)}") from redact_error(error)
 
 
 def _no_options(url: str, options: Mapping[str, Any]) -> None:
@@ -301,11 +289,7 @@ class StoreLocation:
     def __init__(self, url_or_store: Any, options: Mapping[str, Any]) -> None:
         self._options = dict(options)
         self._store: Any
-        self._environment = {
-            name: value
-            for name, value in os.environ.items()
-            if name.startswith(_ENVIRONMENT_PREFIXES)
-        }
+        self._environment = store_variables()
         if isinstance(url_or_store, str):
             self.url: str | None = url_or_store
             self._store, self.prefix = open_store(url_or_store, **self._options)
@@ -329,7 +313,7 @@ class StoreLocation:
         store = self._store
         if store is None:
             assert self.url is not None
-            with _environment(self._environment):
+            with store_environment(self._environment):
                 store, _ = open_store(self.url, **self._options)
             self._store = store
         return store

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, NoReturn
 
+from aioload.checks import is_int
+
 __all__ = ["Span", "check_spans", "shuffle_bound"]
 
 Fail = Callable[[str], NoReturn]
@@ -120,6 +122,6 @@ def shuffle_bound(layout: Mapping[str, Any], fail: Fail) -> int | None:
     if "shuffle_buffer" not in layout:
         return None
     size = layout["shuffle_buffer"]
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 2**62:
+    if not is_int(size) or not 0 <= size < 2**62:
         fail(f"the layout's 'shuffle_buffer' should be an int >= 0; got {size!r:.40}")
     return size if size > 1 else 0

@@ -31,7 +31,7 @@ rank's leftovers only, so they are shared out over the rank's new workers — no
 is taken of them again; the states of every rank of a job
 (:meth:`~StreamDataset.merge_states`) are shared out over the ranks of the job resuming
 them, then over each rank's workers. Any other set of states is refused: it would lose
-samples, or repeat them.
+samples, or repeat them (:mod:`aioload.sources.streams.resume`).
 
 A format keeps only what is its own: its units and their sample counts (for a sized
 split), how to open a unit and read it from a position, how a state of its kind is
@@ -52,17 +52,18 @@ Example::
 
 from __future__ import annotations
 
-import copy
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
 
 import numpy as np
 
+from aioload.checks import is_int
 from aioload.data.datasets import IterableDataset
 from aioload.faults.guard import StreamGuard
 from aioload.ranks import rank_and_world_size
 from aioload.sources.streams.checks import Span, check_spans
+from aioload.sources.streams.resume import merged_loader_state, recorded_streams, split_over
 from aioload.sources.streams.split import (
     epoch_order,
     rank_segments,
@@ -122,7 +123,7 @@ def check_count(name: str, value: Any, low: int) -> int:
         >>> check_count("shuffle_buffer", 1000, 0)
         1000
     """
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    if not is_int(value) or value < low:
         raise ValueError(f"{name} should be an int >= {low}; got {value!r}")
     return value
 
@@ -346,32 +347,14 @@ class StreamDataset(IterableDataset[Any], Generic[S]):
     # -- re-splits -----------------------------------------------------------------
 
     def _split_over(self, states: Sequence[S]) -> tuple[int, int]:
-        """The ranks what ``states`` have left is shared out over: ``(rank, world_size)``.
-
-        ``(0, 1)`` for states of this rank (its leftovers are its own: only its workers
-        share them); this dataset's rank and world size for the states of every rank of a
-        job (a merge: each rank takes its share).
+        """The ranks what ``states`` have left is shared out over: ``(rank, world_size)``
+        (:func:`~aioload.sources.streams.resume.split_over`).
 
         Raises:
             ShardStateError: states of another rank, or of some of a job's ranks only.
         """
-        owners = {(state.layout.get("rank"), state.layout.get("world_size")) for state in states}
-        if owners == {(self.rank, self.world_size)}:
-            return 0, 1
-        sizes = {size for _, size in owners}
-        size = sizes.pop() if len(sizes) == 1 else None
-        if (
-            isinstance(size, int)
-            and not isinstance(size, bool)
-            and len(owners) == size
-            and all(isinstance(rank, int) and 0 <= rank < size for rank, _ in owners)
-        ):
-            return self.rank, self.world_size
-        ranks = sorted(repr(rank) for rank, _ in owners)
-        self._refuse(
-            f"the states are of rank(s) {', '.join(ranks):.80} of {sorted(map(repr, sizes))!r:.40}"
-            f", this dataset is rank {self.rank} of {self.world_size}: resume a rank from "
-            "its own states, or every rank from all ranks' states (merge_states)"
+        return split_over(
+            [state.layout for state in states], self.rank, self.world_size, self._refuse
         )
 
     def _check_together(self, states: Sequence[S]) -> None:
@@ -581,69 +564,28 @@ class StreamDataset(IterableDataset[Any], Generic[S]):
             merged = dataset.merge_states(states)     # on each of 3 new ranks
             loader.load_state_dict(merged)
         """
-        if not loader_states:
-            raise ValueError("merge_states needs every rank's loader state; got none")
-        if not all(isinstance(state, Mapping) for state in loader_states):
-            raise ValueError("merge_states needs every rank's loader state_dict(), a dict each")
-        running = [state for state in loader_states if state.get("in_progress")]
-        if not running:
+        recorded = recorded_streams(loader_states)  # what each rank's workers had left
+        if not recorded.running:
             return dict(loader_states[0])  # between epochs, or not started: nothing to merge
-        epoch = running[0].get("epoch")
         world_size = len(loader_states)
-        recorded: list[tuple[int, int, int, int | None, Any]] = []
-        ended: set[tuple[int, int]] = set()
-        for rank, state in enumerate(loader_states):
-            fits = state.get("fits")
-            if not isinstance(fits, Mapping):
-                raise ValueError(f"rank {rank}'s loader state has no 'fits': not a state_dict()")
-            num_workers, batch_size = fits.get("num_workers") or 0, fits.get("batch_size")
-            dataset = state.get("dataset")
-            if state.get("in_progress") and state.get("epoch") == epoch:
-                streams = (
-                    dataset.get("workers")
-                    if num_workers and isinstance(dataset, Mapping)
-                    else [dataset]
-                )
-            elif not state.get("in_progress") and state.get("epoch") in (epoch, _next(epoch)):
-                # Not started (all left), or ended (nothing left: marked for below).
-                streams = [None] * max(num_workers, 1)
-                if state.get("epoch") != epoch:
-                    ended.update((rank, worker) for worker in range(len(streams)))
-            else:
-                raise ValueError(
-                    f"rank {rank}'s loader state is of epoch {state.get('epoch')!r:.20}, rank "
-                    f"{loader_states.index(running[0])}'s of {epoch!r:.20}: merge states taken "
-                    "at the same time"
-                )
-            if not isinstance(streams, list):
-                raise ValueError(f"rank {rank}'s loader state has no stream state per worker")
-            for worker, stream in enumerate(streams):
-                recorded.append((rank, worker, max(num_workers, 1), batch_size, stream))
-        known = [self._check_state(stream) for *_, stream in recorded if stream is not None]
-        if not known and not ended:
-            streams_out = [stream for *_, stream in recorded]  # nothing delivered anywhere
+        known = [self._check_state(s.state) for s in recorded.streams if s.state is not None]
+        if not known and not recorded.ended:
+            streams = [stream.state for stream in recorded.streams]  # nothing delivered anywhere
         else:
-            stream_epoch = known[0].epoch if known else self.epoch
-            streams_out = []
-            for rank, worker, num_workers, batch_size, stream in recorded:
-                if stream is None:
+            epoch = known[0].epoch if known else self.epoch
+            streams = []
+            for stream in recorded.streams:
+                state = stream.state
+                if state is None:
+                    rank, worker = stream.rank, stream.worker
                     fresh = self._fresh(
-                        stream_epoch, rank, world_size, worker, num_workers, batch_size
+                        epoch, rank, world_size, worker, stream.workers, stream.batch_size
                     )
-                    if (rank, worker) in ended:
-                        fresh = self._new_state(stream_epoch, fresh.layout, [])
-                    stream = self._state_json(fresh)
-                streams_out.append(stream)
-        merged = copy.deepcopy(dict(running[0]))
-        merged["dataset"] = {"workers": streams_out, "next_worker": 0}
-        merged["fits"] = {
-            **running[0]["fits"],
-            "num_workers": len(streams_out),
-            "dataset_length": self._length(),  # this rank's share now
-        }
-        merged["batches"] = min(int(state.get("batches", 0)) for state in loader_states)
-        merged["received"] = []
-        return merged
+                    if (rank, worker) in recorded.ended:
+                        fresh = self._new_state(epoch, fresh.layout, [])
+                    state = self._state_json(fresh)
+                streams.append(state)
+        return merged_loader_state(loader_states, recorded.running[0], streams, self._length())
 
     def _length(self) -> int | None:
         try:
@@ -654,8 +596,3 @@ class StreamDataset(IterableDataset[Any], Generic[S]):
     def __getstate__(self) -> dict[str, Any]:
         # The stream being read (tasks, open reads) stays in the process that reads it.
         return {**self.__dict__, "_live": None}
-
-
-def _next(epoch: Any) -> Any:
-    """The epoch after ``epoch``, when it is one (a loader state's field, unchecked)."""
-    return epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) else None

@@ -9,7 +9,8 @@ of the rotation in turn. The order depends only on the shards' contents and
 rotation, by the next shard in line.
 
 Memory stays bounded: at most ``2 * width`` shards are open, each holding at
-most ``buffer`` samples read ahead.
+most ``buffer`` samples read ahead (a :class:`ReadAhead` each, which the tracked stream of
+:mod:`aioload.sources.streams.tracked` reads its runs through too).
 """
 
 from __future__ import annotations
@@ -20,13 +21,28 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import aclosing
 from typing import Any
 
-__all__ = ["interleave"]
+__all__ = ["END", "ReadAhead", "interleave"]
 
-_DONE = object()
+END = object()
+"""What :meth:`ReadAhead.next` returns once the stream it reads has ended."""
 
 
-class _Reader:
-    """One shard's samples, read ahead by a task into a bounded queue."""
+class ReadAhead:
+    """One shard's samples, read ahead by a task into a bounded queue.
+
+    The task starts at once, on the running loop, and stops when the queue holds
+    ``buffer`` samples until one is taken; cancel :attr:`task` to stop reading early
+    (it closes the stream).
+
+    Args:
+        samples: the stream to read (closed when read to its end, or on cancellation).
+        buffer: the most samples read ahead.
+
+    Example::
+
+        reader = ReadAhead(open_shard(3), 16)
+        while (sample := await reader.next()) is not END: ...
+    """
 
     def __init__(self, samples: AsyncGenerator[Any, None], buffer: int) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue(buffer)
@@ -41,10 +57,10 @@ class _Reader:
             # Raised in the consumer when it reaches this point of the shard.
             await self._queue.put(_Failure(error))
             return
-        await self._queue.put(_DONE)
+        await self._queue.put(END)
 
     async def next(self) -> Any:
-        """The shard's next sample, or ``_DONE``; raises the error that ended the shard."""
+        """The shard's next sample, or :data:`END`; raises the error that ended the shard."""
         item = await self._queue.get()
         if isinstance(item, _Failure):
             raise item.error
@@ -70,15 +86,15 @@ async def interleave(
         width: shards in the rotation.
         buffer: samples each shard reads ahead.
     """
-    rotation: list[_Reader] = []
-    in_line: deque[_Reader] = deque()
+    rotation: list[ReadAhead] = []
+    in_line: deque[ReadAhead] = deque()
 
     def top_up() -> None:
         while len(rotation) + len(in_line) < 2 * width:
             index = next(picks, None)
             if index is None:
                 return
-            reader = _Reader(open_shard(index), buffer)
+            reader = ReadAhead(open_shard(index), buffer)
             if len(rotation) < width:
                 rotation.append(reader)
             else:
@@ -89,7 +105,7 @@ async def interleave(
         turn = 0
         while rotation:
             sample = await rotation[turn].next()
-            if sample is _DONE:
+            if sample is END:
                 if in_line:
                     rotation[turn] = in_line.popleft()
                 else:

@@ -38,6 +38,7 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
+from aioload.checks import is_int
 from aioload.errors import ShardStateError
 from aioload.sources.streams.checks import Span, check_spans, shuffle_bound
 from aioload.sources.streams.split import Segment, take, worker_segments
@@ -135,7 +136,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def _count(value: Any, name: str, low: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or value >= 2**63:
+    if not is_int(value) or value < low or value >= 2**63:
         _fail(f"{name} should be an int >= {low}; got {value!r:.80}")
     return int(value)
 

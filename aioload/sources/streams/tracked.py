@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from aioload.sources.streams.interleave import _DONE, _Reader
+from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather
+from aioload.sources.streams.interleave import END, ReadAhead
 from aioload.sources.streams.state import Ref, Run, StreamState
-from aioload.sources.tar.indexes import INDEX_CONCURRENCY, in_order
 
 __all__ = ["OpenRun", "ReadRefs", "TrackedStream", "reread", "resumed_stream"]
 
@@ -46,7 +46,7 @@ class _Slot:
 
     def __init__(self, run: Run, open_run: OpenRun, buffer: int) -> None:
         self.left = run
-        self.reader = _Reader(open_run(run), buffer)
+        self.reader = ReadAhead(open_run(run), buffer)
 
 
 class TrackedStream:
@@ -122,7 +122,7 @@ class TrackedStream:
             while rotation:
                 slot = rotation[self._turn]
                 item = await slot.reader.next()
-                if item is _DONE:
+                if item is END:
                     if self._in_line:
                         rotation[self._turn] = self._in_line.popleft()
                     else:
@@ -220,6 +220,6 @@ async def reread(refs: Sequence[Ref], whole: Callable[[int], bool], read: ReadRe
         else:
             groups.append([ref])
     found: dict[tuple[int, int], Any] = {}
-    for part in await in_order([partial(read, group) for group in groups], INDEX_CONCURRENCY):
+    for part in await bounded_gather([partial(read, group) for group in groups], READS_AT_ONCE):
         found.update(part)
     return [found[ref[0], ref[1]] for ref in refs]

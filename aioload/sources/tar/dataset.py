@@ -28,7 +28,7 @@ Either way one epoch yields every sample exactly once across all ranks and worke
 the padding). Each shard is streamed: its samples come while the rest of it is still
 arriving. With ``resampled=True`` every rank and worker instead draws shards at random,
 with replacement, forever (seeded from ``(seed, epoch, rank, worker)``): end the epoch
-yourself.
+yourself (:mod:`aioload.sources.tar.resampled`).
 
 A shuffle buffer of ``shuffle_buffer`` samples (seeded per epoch, rank and
 worker) mixes samples across neighbouring shards; memory stays bounded by it.
@@ -37,9 +37,9 @@ The split, the epochs and the checkpoints are every stream dataset's
 (:class:`~aioload.sources.streams.dataset.StreamDataset`): ``state_dict`` after any batch,
 an exact resume with the same layout, a re-split of what is left over other workers
 (:meth:`ShardDataset.resume_streams`) or over the ranks of a job of another size
-(:meth:`ShardDataset.merge_states`). What is the shards' own is here: reading a shard, or
-part of one from a sample's byte offset, reading the shuffle buffer's samples again, and
-checking a state against the shards' indexes.
+(:meth:`ShardDataset.merge_states`). What is the shards' own is here — their indexes,
+and checking a state against them — and in :mod:`aioload.sources.tar.reads`: reading a
+shard, or part of one from a sample's byte offset, and the shuffle buffer's samples again.
 
 With ``cache_dir`` a shard read once is kept on local disk, and later epochs
 read it from there (:mod:`aioload.sources.cache`).
@@ -60,10 +60,9 @@ it checkpoints and resumes as the plain stream does.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import Any, Literal
@@ -72,98 +71,36 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from aioload.faults.guard import StreamGuard
-from aioload.sources.cache.local import LocalCache, entry_identity
+from aioload.sources.cache.local import LocalCache
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
-from aioload.sources.decompress import Compression, decompressed, zstd_decompressor
-from aioload.sources.stores.braces import expand_braces
-from aioload.sources.stores.reads import open_read
-from aioload.sources.stores.store import StoreLocation
+from aioload.sources.decompress import zstd_decompressor
+from aioload.sources.stores.braces import expand_urls
+from aioload.sources.stores.reads import CountedReads
+from aioload.sources.stores.store import StoreLocation, StoreLocations
+from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather, run_blocking
 from aioload.sources.streams.dataset import StreamDataset
 from aioload.sources.streams.faults import decoded, guarded_runs
-from aioload.sources.streams.interleave import interleave
 from aioload.sources.streams.split import Segment
 from aioload.sources.streams.state import Ref, Run, ShardStateError, StreamState, check_state
 from aioload.sources.streams.tracked import OpenRun, reread, resumed_stream
 from aioload.sources.tar.index import BLOCK, ShardIndex
-from aioload.sources.tar.indexes import (
-    INDEX_CONCURRENCY,
-    MissingIndexes,
-    find_index,
-    in_order,
-    put_index,
-    run_blocking,
-    warn_built,
+from aioload.sources.tar.indexes import MissingIndexes, find_index, put_index, warn_built
+from aioload.sources.tar.reader import tar_compression
+from aioload.sources.tar.reads import ShardReads, stored_shard
+from aioload.sources.tar.resampled import (
+    guarded_shards,
+    plain_shards,
+    resampled_stream,
+    shard_draws,
 )
-from aioload.sources.tar.reader import group_samples, iter_tar, iter_tar_spans
-from aioload.sources.tar.reads import group_spans, range_chunks
-from aioload.sources.tar.segments import count_mismatch, key_mismatch, range_stream
-from aioload.stats.source_counts import SourceCounter, SourceCounts
+from aioload.stats.source_counts import SourceCounter
 from aioload.urls import redact_url
 from aioload.worker_info import get_worker_info
 
-__all__ = ["TAR_SUFFIXES", "ShardDataset", "default_decode", "expand_urls", "tar_compression"]
+__all__ = ["ShardDataset", "default_decode"]
 
 
-TAR_SUFFIXES: dict[str, Compression] = {
-    ".tar.gz": "gzip",
-    ".tgz": "gzip",
-    ".tar.zst": "zstd",
-    ".tzst": "zstd",
-    ".tar.bz2": "bz2",
-    ".tbz2": "bz2",
-    ".tbz": "bz2",
-    ".tar.xz": "xz",
-    ".txz": "xz",
-}
-"""The names of shards compressed as a whole, and the compression each one means."""
-
-
-def tar_compression(path: str) -> Compression:
-    """How a shard is stored, by its name (case ignored): ``"none"`` but for the names of
-    :data:`TAR_SUFFIXES`.
-
-    Example::
-
-        >>> tar_compression("s3://b/train-0001.tar.gz"), tar_compression("a.tar")
-        ('gzip', 'none')
-    """
-    name = path.lower()
-    for suffix, compression in TAR_SUFFIXES.items():
-        if name.endswith(suffix):
-            return compression
-    return "none"
-
-
-def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """A list of URLs from a list, or from a brace pattern (WebDataset's notation).
-
-    A pattern expands as bash expands it (:func:`~aioload.sources.stores.braces.expand_braces`):
-    lists ``{train,val}``, ranges ``{000..099}`` (zero padded as the bounds are written)
-    and ``{0..100..10}`` (with a step), nested and several groups; each string of a list
-    is expanded too.
-
-    Raises:
-        ValueError: an unmatched brace (never left in a URL as literal text).
-        TypeError: a URL that is not a str.
-
-    Example::
-
-        >>> expand_urls("s3://b/shard-{00..02}.tar")
-        ['s3://b/shard-00.tar', 's3://b/shard-01.tar', 's3://b/shard-02.tar']
-        >>> expand_urls("s3://b/{train,val}-{0..10..5}.tar")[:4]
-        ['s3://b/train-0.tar', 's3://b/train-5.tar', 's3://b/train-10.tar', 's3://b/val-0.tar']
-    """
-    if isinstance(urls, str):
-        return expand_braces(urls)
-    expanded = []
-    for url in urls:
-        if not isinstance(url, str):
-            raise TypeError(f"shard URLs should be str; got {url!r}")
-        expanded += expand_braces(url)
-    return expanded
-
-
-class ShardDataset(StreamDataset[StreamState]):
+class ShardDataset(CountedReads, StreamDataset[StreamState]):
     """Streams the samples of WebDataset-style tar shards from an object store.
 
     A sample is a dict ``{"__key__": key, "__url__": shard_url, field: bytes}``
@@ -310,17 +247,16 @@ class ShardDataset(StreamDataset[StreamState]):
         self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
         self._built: set[int] = set()  # shards whose index was built: no index file yet
         # One location per store root (scheme and bucket or host), built and checked now.
-        self._locations: dict[str, StoreLocation] = {}
-        self._paths: list[tuple[str, str]] = []
+        stores = StoreLocations(store_options)
+        self._objects: list[tuple[StoreLocation, str]] = []  # each shard's store and path
         for url in self.urls:
-            parts = urlsplit(url)
-            root = f"{parts.scheme}://{parts.netloc}/"
-            if root not in self._locations:
-                self._locations[root] = StoreLocation(root, store_options)
-            path = parts.path.lstrip("/")
+            location, path = stores.of(url)
             if not path or path.endswith("/"):
                 raise ValueError(f"{redact_url(url)!r} names no shard (a tar object) in its store")
-            self._paths.append((root, path))
+            self._objects.append((location, path))
+        self._reads = ShardReads(
+            self.urls, self._objects, self._compressions, self.cache, self._counts
+        )
 
     def _compressed(self) -> list[str]:
         return [
@@ -351,14 +287,6 @@ class ShardDataset(StreamDataset[StreamState]):
     def shards_in_flight(self) -> int:
         """The shards each worker streams at once."""
         return self.units_in_flight
-
-    def take_source_counts(self) -> SourceCounts | None:
-        """Cache hits and misses and bytes from the store since the previous call.
-
-        The loader's hook for :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
-        (see :mod:`aioload.stats.source_counts`); counted in the process that reads.
-        """
-        return self._counts.take()
 
     def shards(
         self, worker: int = 0, num_workers: int = 1, batch_size: int | None = None
@@ -433,9 +361,9 @@ class ShardDataset(StreamDataset[StreamState]):
         """
         if self._indexes is None:
             missing = MissingIndexes(self.urls)  # warns before the first shard read whole
-            found = await in_order(
+            found = await bounded_gather(
                 [partial(self._find_index, i, missing=missing) for i in range(len(self.urls))],
-                INDEX_CONCURRENCY,
+                READS_AT_ONCE,
             )
             warn_built(
                 [redact_url(self.urls[i]) for i, (_, built) in enumerate(found) if built],
@@ -465,19 +393,19 @@ class ShardDataset(StreamDataset[StreamState]):
             # Loaded already: the shards read to build their indexes are not read again.
             indexes, built = self._indexes, sorted(self._built)
         else:
-            found = await in_order(
+            found = await bounded_gather(
                 [partial(self._find_index, i, build=overwrite) for i in range(len(self.urls))],
-                INDEX_CONCURRENCY,
+                READS_AT_ONCE,
             )
             indexes = [index for index, _ in found]
             built = [i for i, (_, was_built) in enumerate(found) if was_built]
 
         async def write(number: int) -> str:
-            root, path = self._paths[number]
+            location, path = self._objects[number]
             url = redact_url(self.urls[number])
-            return await put_index(self._locations[root], path, url, indexes[number])
+            return await put_index(location, path, url, indexes[number])
 
-        written = await in_order([partial(write, i) for i in built], INDEX_CONCURRENCY)
+        written = await bounded_gather([partial(write, i) for i in built], READS_AT_ONCE)
         self._indexes, self._built = indexes, set()
         return written
 
@@ -490,16 +418,9 @@ class ShardDataset(StreamDataset[StreamState]):
                 f"{url} is a compressed shard: it has no index (its samples cannot be read "
                 "by byte range)"
             )
-        root, path = self._paths[number]
-        location = self._locations[root]
-        stream = partial(_shard_stream, location, path, url, self._counts)
+        location, path = self._objects[number]
+        stream = partial(stored_shard, location, path, url, self._counts)
         return await find_index(location, path, url, stream, build=build, missing=missing)
-
-    def _draws(self, worker: int) -> Iterator[int]:
-        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker, 1])
-        count = len(self.urls)
-        while True:
-            yield int(rng.integers(count))
 
     async def _stream(self, guard: StreamGuard | None) -> AsyncGenerator[Any, None]:
         info = get_worker_info()
@@ -522,34 +443,17 @@ class ShardDataset(StreamDataset[StreamState]):
     def _resampled(
         self, worker: int, guard: StreamGuard | None
     ) -> AsyncGenerator[tuple[Any, Ref | None], None]:
-        picks = self._draws(worker)
-        open_shard = self._whole_samples if guard is None else self._guarded_shard(guard)
-        samples: AsyncGenerator[Any, None] = (
-            self._one_by_one(picks, open_shard)
-            if self.shards_in_flight == 1
-            else interleave(picks, open_shard, self.shards_in_flight)
+        """Shards drawn at random, endlessly (:mod:`aioload.sources.tar.resampled`)."""
+        draws = shard_draws(len(self.urls), [self.seed, self.epoch, self.rank, worker, 1])
+        open_shard = (
+            plain_shards(self._reads.samples)
+            if guard is None
+            else guarded_shards(
+                guarded_runs(self._run_samples, self.urls, guard, self._rest_of_shard)
+            )
         )
-        if self.shuffle_buffer > 1:
-            rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
-            samples = _shuffled(samples, self.shuffle_buffer, rng)
-        return samples
-
-    def _whole_samples(self, shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
-        """Shard ``shard``'s samples, as ``(sample, None)``."""
-        return _unreferenced(self._samples(shard))
-
-    def _guarded_shard(
-        self, guard: StreamGuard
-    ) -> Callable[[int], AsyncGenerator[tuple[Any, Ref | None], None]]:
-        """Opens a whole shard under ``guard``: ``(sample, ref)``, or ``(marker, None)``."""
-        open_run = guarded_runs(self._run_samples, self.urls, guard, self._rest_of_shard)
-
-        async def open_shard(shard: int) -> AsyncGenerator[tuple[Any, Ref | None], None]:
-            async with aclosing(open_run(Run(shard, 0, 0, -1))) as samples:
-                async for sample, ref, _ in samples:
-                    yield sample, ref
-
-        return open_shard
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
+        return resampled_stream(draws, open_shard, self.shards_in_flight, self.shuffle_buffer, rng)
 
     async def _tracked(
         self, worker: int, num_workers: int, batch_size: int | None, guard: StreamGuard | None
@@ -639,156 +543,18 @@ class ShardDataset(StreamDataset[StreamState]):
     def _new_state(self, epoch: int, layout: dict[str, Any], runs: list[Run]) -> StreamState:
         return StreamState(epoch, layout, runs)
 
-    async def _one_by_one(
-        self,
-        picks: Iterator[int],
-        open_samples: Callable[[int], AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
-        for pick in picks:
-            async with aclosing(open_samples(pick)) as samples:
-                async for sample in samples:
-                    yield sample
-
-    async def _run_samples(self, run: Run) -> AsyncGenerator[tuple[Any, Ref, bool], None]:
-        """The samples of ``run`` with their refs, as they arrive (checked by the index).
-
-        A whole shard is read whole (through the cache, if any); part of one, with one
-        byte-range request from ``run.offset``, its first sample's header: nothing
-        before it is read again. Through the cache a part of a shard that has an index
-        is read whole, to be kept, and the samples around the run are skipped; so is
-        part of a compressed shard (no byte range reaches into it).
-        """
-        if run.empty:
-            return
-        shard = run.shard
-        url = redact_url(self.urls[shard])
-        root, path = self._paths[shard]
-        location = self._locations[root]
-        index = self._indexes[shard] if self.split == "samples" and self._indexes else None
-        compressed = self._compressions[shard] != "none"
-        before = 0  # where the sample before ends
-        stop = run.stop
-        if index is not None:
-            stop = len(index) if stop == -1 else stop
-            if stop > len(index) or (
-                run.start < len(index) and run.offset != index.offsets[run.start]
-            ):
-                raise ShardStateError(
-                    f"shard stream state: {url} has no sample {run.start} at byte {run.offset} "
-                    f"(its index has {len(index)} samples): the state is of other shards"
-                )
-            whole = run.start == 0 and stop == len(index)
-            if self.cache is not None or whole:
-                read, first, stream = Segment(shard, 0, len(index)), 0, self._whole_shard(shard)
-            else:
-                read, first = Segment(shard, run.start, stop), run.offset
-                stream = range_stream(location, path, url, index, read, self._counts)
-        elif compressed:
-            # No byte range into a compressed shard: from its start, the samples before the
-            # run passed over (and the run's first checked to be where the state says).
-            read, first, stream = Segment(shard, 0, stop), 0, self._whole_shard(shard)
-        else:
-            read, first = Segment(shard, run.start, stop), run.offset
-            stream = (
-                self._whole_shard(shard)
-                if first == 0
-                else _shard_stream(location, path, url, self._counts, first)
-            )
-        position = read.start
-        async with (
-            aclosing(stream) as chunks,
-            aclosing(iter_tar_spans(chunks, url, start=first)) as members,
-            aclosing(group_spans(members, url)) as grouped,
-        ):
-            async for sample, begin, end, last in grouped:
-                key = sample["__key__"]
-                if index is not None and (position >= read.stop or key != index.keys[position]):
-                    raise key_mismatch(url, index, read, position, key)
-                if compressed and position == run.start and not before <= run.offset <= begin:
-                    raise _other_shard(url, run)  # the run starts where no sample does
-                before = end
-                if position >= run.start and (stop == -1 or position < stop):
-                    yield sample, (shard, position, begin, end, key), stop == -1 and last
-                position += 1
-                if stop != -1 and position >= stop and index is None:
-                    return  # a run cut from a shard without its index: the rest is another's
-        if index is not None and position != read.stop:
-            raise count_mismatch(url, read, position)
-        if compressed and position < run.start:
-            raise _other_shard(url, run)  # the shard ends before the run's first sample
+    def _run_samples(self, run: Run) -> AsyncGenerator[tuple[Any, Ref, bool], None]:
+        """The samples of ``run`` with their refs, as they arrive, checked by the shard's
+        index where the split loaded it (:meth:`ShardReads.run
+        <aioload.sources.tar.reads.ShardReads.run>`)."""
+        indexes = self._indexes if self.split == "samples" else None
+        return self._reads.run(run, indexes[run.shard] if indexes else None)
 
     async def _reread(self, refs: Sequence[Ref]) -> list[Any]:
         """The samples ``refs`` name, read again: one range request per run of neighbours,
-        one read of each compressed shard (:func:`~.shard_stream.reread`)."""
-        return await reread(refs, lambda shard: self._compressions[shard] != "none", self._refs)
-
-    async def _refs(self, group: list[Ref]) -> dict[tuple[int, int], Any]:
-        shard, first, end = group[0][0], group[0][2], group[-1][3]
-        url = redact_url(self.urls[shard])
-        root, path = self._paths[shard]
-        whole = self._compressions[shard] != "none"
-        chunks = (
-            self._whole_shard(shard)
-            if whole
-            else range_chunks(self._locations[root], path, url, first, end, self._counts)
-        )
-        found: dict[tuple[int, int], Any] = {}
-        async with (
-            aclosing(chunks),
-            aclosing(iter_tar_spans(chunks, url, start=0 if whole else first)) as members,
-            aclosing(group_spans(members, url)) as grouped,
-        ):
-            wanted = iter(group)
-            ref = next(wanted, None)
-            async for sample, begin, _, _ in grouped:
-                if whole and ref is not None and begin < ref[2]:
-                    continue  # a compressed shard's samples before the next one wanted
-                if ref is None or ref[2] != begin or ref[4] != sample["__key__"]:
-                    raise ShardStateError(
-                        f"shard stream state: {url} has sample {sample['__key__']!r} at "
-                        f"byte {begin}, the state expects {ref!r}: was the shard rewritten?"
-                    )
-                found[ref[0], ref[1]] = sample
-                ref = next(wanted, None)
-                if ref is None:
-                    return found
-        raise ShardStateError(f"shard stream state: {url} ends before the samples the state names")
-
-    def _whole_shard(self, number: int) -> AsyncGenerator[bytes, None]:
-        """The tar of shard ``number``, decompressed if it is compressed: from the local
-        cache if there is one (which keeps the bytes as stored), else the store."""
-        url = redact_url(self.urls[number])
-        root, path = self._paths[number]
-        location = self._locations[root]
-        counts, cache = self._counts, self.cache
-        stored = (
-            _shard_stream(location, path, url, counts)
-            if cache is None
-            else cache.stream(
-                entry_identity(url, location),
-                path.rpartition("/")[2],
-                functools.partial(_open_shard, location, path, url, counts),
-                counts,
-            )
-        )
-        compression = self._compressions[number]
-        return stored if compression == "none" else decompressed(stored, compression, url)
-
-    async def _samples(self, index: int) -> AsyncGenerator[dict[str, Any], None]:
-        """The samples of shard ``index``, as its bytes arrive.
-
-        Their ``__url__``, as every message, shows the URL's password as ``***``.
-        """
-        url = redact_url(self.urls[index])
-        stream = self._whole_shard(index)
-        # Closed innermost last, whatever ends the iteration (the end, a break, an error).
-        async with (
-            aclosing(stream) as stream,
-            aclosing(iter_tar(stream, url)) as members,
-            aclosing(group_samples(members, url)) as grouped,
-        ):
-            async for sample in grouped:
-                yield sample
+        one read of each compressed shard (:func:`~aioload.sources.streams.tracked.reread`)."""
+        compressed = self._compressions
+        return await reread(refs, lambda shard: compressed[shard] != "none", self._reads.refs)
 
     def state_dict(self) -> dict[str, Any] | None:
         """Where this process's stream stands: the samples it has not yielded, as JSON.
@@ -817,53 +583,3 @@ class ShardDataset(StreamDataset[StreamState]):
 
     def __repr__(self) -> str:
         return f"ShardDataset({len(self.urls)} shards, e.g. {redact_url(self.urls[0])!r})"
-
-
-def _other_shard(url: str, run: Run) -> ShardStateError:
-    return ShardStateError(
-        f"shard stream state: {url} has no sample {run.start} at byte {run.offset}: the state "
-        "is of other shards"
-    )
-
-
-async def _shard_stream(
-    location: StoreLocation, path: str, url: str, counts: SourceCounter, offset: int = 0
-) -> AsyncGenerator[bytes, None]:
-    """The bytes of one shard from ``offset``, chunk by chunk as they arrive; errors name it."""
-    _, chunks = await _open_shard(location, path, url, counts, offset)
-    async with aclosing(chunks):
-        async for chunk in chunks:
-            yield chunk
-
-
-async def _open_shard(
-    location: StoreLocation, path: str, url: str, counts: SourceCounter, offset: int = 0
-) -> tuple[int, AsyncGenerator[bytes, None]]:
-    """The shard's size and its bytes from ``offset`` on, as they arrive (counted)."""
-    return await open_read(location, path, url, counts, offset)
-
-
-async def _unreferenced(
-    samples: AsyncGenerator[dict[str, Any], None],
-) -> AsyncGenerator[tuple[Any, Ref | None], None]:
-    async with aclosing(samples):
-        async for sample in samples:
-            yield sample, None
-
-
-async def _shuffled(
-    samples: AsyncGenerator[Any, None], size: int, rng: np.random.Generator
-) -> AsyncGenerator[Any, None]:
-    """The samples in a random order, through a buffer of ``size``."""
-    buffer: list[Any] = []
-    async with aclosing(samples):
-        async for sample in samples:
-            if len(buffer) < size:
-                buffer.append(sample)
-                continue
-            slot = int(rng.integers(size))
-            buffer[slot], sample = sample, buffer[slot]
-            yield sample
-    order = rng.permutation(len(buffer))
-    for slot in order:
-        yield buffer[int(slot)]

@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
+from aioload.checks import is_integral
 from aioload.errors import ShardIndexError
 
 __all__ = ["INDEX_FORMAT", "INDEX_SUFFIX", "INDEX_VERSION", "ShardIndex", "ShardIndexError"]
@@ -232,7 +233,7 @@ def _fail(where: str, problem: str) -> NoReturn:
 
 
 def _is_count(value: object) -> bool:
-    return _is_integer(value) and value >= 0  # type: ignore[operator]
+    return is_integral(value) and value >= 0  # type: ignore[operator]
 
 
 def _int64s(values: Sequence[int] | Offsets, name: str, where: str) -> Offsets:
@@ -240,17 +241,13 @@ def _int64s(values: Sequence[int] | Offsets, name: str, where: str) -> Offsets:
         if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
             _fail(where, f"{name!r} should be a flat array of ints; got {values.dtype}")
     else:
-        bad = next((v for v in values if not _is_integer(v)), None)
+        bad = next((v for v in values if not is_integral(v)), None)
         if bad is not None:
             _fail(where, f"{name!r} should hold ints; got {bad!r:.80}")
     try:
         return np.array(values, dtype=np.int64)
     except OverflowError:
         _fail(where, f"{name!r} should hold ints below 2**63")
-
-
-def _is_integer(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def _check_layout(offsets: Offsets, sizes: Offsets, shard_size: int, where: str) -> None:

@@ -37,13 +37,16 @@ from urllib.parse import urlsplit
 
 import obstore
 
+from aioload.checks import is_int
 from aioload.errors import TarFormatError
-from aioload.sources.objects.dataset import ObjectListing
+from aioload.sources.objects.listing import ObjectListing
+from aioload.sources.stores.braces import expand_urls
 from aioload.sources.stores.reads import open_read
 from aioload.sources.stores.store import StoreLocation, StoreLocations, raise_translated
-from aioload.sources.tar.dataset import expand_urls, tar_compression
+from aioload.sources.stores.tasks import bounded_gather
 from aioload.sources.tar.index import ShardIndexError
-from aioload.sources.tar.indexes import in_order, put_index, read_index_file
+from aioload.sources.tar.indexes import put_index, read_index_file
+from aioload.sources.tar.reader import tar_compression
 from aioload.sources.tar.scan import scan_tar
 from aioload.stats.source_counts import SourceCounter
 from aioload.urls import redact_url
@@ -137,7 +140,7 @@ async def index_shards(
         PermissionError, ConnectionError, ...: a failure that is not the shard's own
             (the run stops; the index files written so far are whole and stay).
     """
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+    if not is_int(concurrency) or concurrency < 1:
         raise ValueError(f"concurrency should be an int >= 1; got {concurrency!r}")
     stores = StoreLocations(store_options or {})
 
@@ -148,7 +151,7 @@ async def index_shards(
         return outcome
 
     # A failure that is not one shard's own is raised as it is, the other reads cancelled.
-    return await in_order([functools.partial(one, url) for url in urls], concurrency)
+    return await bounded_gather([functools.partial(one, url) for url in urls], concurrency)
 
 
 async def _index_one(stores: StoreLocations, url: str, overwrite: bool) -> IndexOutcome:

@@ -8,24 +8,20 @@ which is why :class:`~aioload.sources.ShardWriter` writes index files, ``aioload
 URL...`` writes them for existing shards (:mod:`aioload.sources.tar.index_files`), and
 :meth:`~aioload.sources.ShardDataset.write_indexes` puts the built ones beside their
 shards for every later run. :class:`MissingIndexes` warns before the first such read,
-naming the command that writes the files. :func:`in_order` runs such reads concurrently
-(a listing of thousands of shards is thousands of round trips) and :func:`run_blocking`
-runs them from sync code (``len(dataset)``), also where an event loop is already running.
+naming the command that writes the files. The dataset runs such reads several at once
+(:mod:`aioload.sources.stores.tasks`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shlex
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
-from typing import Any, TypeVar
 
 import obstore
 
-from aioload.eventloop import new_event_loop
 from aioload.sources.stores.braces import brace_pattern
 from aioload.sources.stores.store import StoreLocation, raise_translated, translate
 from aioload.sources.tar.index import INDEX_SUFFIX, ShardIndex
@@ -33,21 +29,13 @@ from aioload.sources.tar.scan import scan_tar
 from aioload.urls import redact_url
 
 __all__ = [
-    "INDEX_CONCURRENCY",
     "MissingIndexes",
     "find_index",
-    "in_order",
     "index_command",
     "put_index",
     "read_index_file",
-    "run_blocking",
     "warn_built",
 ]
-
-T = TypeVar("T")
-
-INDEX_CONCURRENCY = 32
-"""Index files (or shards being indexed) read at once."""
 
 logger = logging.getLogger("aioload")
 
@@ -177,65 +165,3 @@ def warn_built(built: Sequence[str], total: int, urls: Sequence[str] = ()) -> No
             ", ..." if len(built) > 1 else "",
             index_command(urls or built),
         )
-
-
-async def in_order(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
-    """The results of ``calls``, in their order, ``limit`` of them running at once.
-
-    The first failure cancels the rest and is raised as it is (not in a group).
-    """
-    results: list[Any] = [None] * len(calls)
-    numbers = iter(range(len(calls)))
-
-    async def run() -> None:
-        for number in numbers:
-            results[number] = await calls[number]()
-
-    tasks = [asyncio.ensure_future(run()) for _ in range(min(limit, len(calls)))]
-    try:
-        if tasks:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                error = task.exception()
-                if error is not None:
-                    raise error
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return results
-
-
-def run_blocking(make: Callable[[], Awaitable[T]]) -> T:
-    """Runs the coroutine ``make()`` to its end on a new event loop and returns its result.
-
-    From sync code: on this thread, or, where an event loop already runs on this thread
-    (sync code called from a coroutine), on a helper thread this call waits for, so that
-    the running loop is not re-entered (it is held up for the time, as by any sync call).
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return _run(make)
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = _run(make)
-        except BaseException as error:  # handed to the caller's thread
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, name="aioload-indexes", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]
-
-
-def _run(make: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await make()
-
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(main())

@@ -15,6 +15,10 @@ WebDataset convention: the members of one sample are consecutive and share a
 *key* (the path up to the first dot of the file name); the rest of the name is
 the field (``000017.jpg``, ``000017.cls`` -> sample ``000017`` with fields
 ``jpg`` and ``cls``).
+
+A shard compressed as a whole is told by its name (:func:`tar_compression`:
+``.tar.gz``, ``.tar.zst``, ...) and decompressed before it reaches this reader
+(:mod:`aioload.sources.decompress`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from contextlib import aclosing
 from typing import Any, Protocol
 
 from aioload.errors import TarFormatError
+from aioload.sources.decompress import Compression
 
 __all__ = [
+    "TAR_SUFFIXES",
     "TarFormatError",
     "TarMember",
     "TarReader",
@@ -34,10 +40,40 @@ __all__ = [
     "iter_tar",
     "iter_tar_spans",
     "split_name",
+    "tar_compression",
     "walk_tar",
 ]
 
 BLOCK = 512
+
+TAR_SUFFIXES: dict[str, Compression] = {
+    ".tar.gz": "gzip",
+    ".tgz": "gzip",
+    ".tar.zst": "zstd",
+    ".tzst": "zstd",
+    ".tar.bz2": "bz2",
+    ".tbz2": "bz2",
+    ".tbz": "bz2",
+    ".tar.xz": "xz",
+    ".txz": "xz",
+}
+"""The names of shards compressed as a whole, and the compression each one means."""
+
+
+def tar_compression(path: str) -> Compression:
+    """How a shard is stored, by its name (case ignored): ``"none"`` but for the names of
+    :data:`TAR_SUFFIXES`.
+
+    Example::
+
+        >>> tar_compression("s3://b/train-0001.tar.gz"), tar_compression("a.tar")
+        ('gzip', 'none')
+    """
+    name = path.lower()
+    for suffix, compression in TAR_SUFFIXES.items():
+        if name.endswith(suffix):
+            return compression
+    return "none"
 
 
 class TarReader(Protocol):

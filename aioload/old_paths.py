@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MOVED", "OldPathFinder", "install", "keep_names", "old_name"]
+__all__ = ["MOVED", "OldPathFinder", "install", "keep_names", "old_name", "upgrade_objects"]
 
 MOVED: Mapping[str, str] = {
     "aioload.arguments": "aioload.pipeline.arguments",
@@ -243,3 +243,28 @@ def _is_submodule(package: str, name: str) -> bool:
 
 
 _MISSING = object()
+
+
+def upgrade_objects(state: dict[str, Any]) -> dict[str, Any]:
+    """The pickled ``__dict__`` of a stream dataset, with its objects as the layout keeps them now.
+
+    Before the layout, ``ShardDataset`` and ``JsonLinesDataset`` held their objects twice:
+    ``_locations`` (a store location by store root) and ``_paths`` (each object's root and
+    path). They now hold one list ``_objects`` of ``(location, path)`` pairs. A pickle made
+    before (a dataset sent to a worker, saved with the model) is given the new attribute on
+    load; a state already in the new form is returned as it is.
+
+    Args:
+        state: the ``__dict__`` a pickle restores.
+
+    Example::
+
+        >>> upgrade_objects({"_locations": {"s3://b": "store"}, "_paths": [("s3://b", "a.tar")]})
+        {'_objects': [('store', 'a.tar')]}
+    """
+    if "_paths" not in state or "_objects" in state:
+        return state
+    state = dict(state)
+    locations = state.pop("_locations")
+    state["_objects"] = [(locations[root], path) for root, path in state.pop("_paths")]
+    return state

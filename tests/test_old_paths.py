@@ -70,14 +70,19 @@ def _random_sampler(old: Any) -> None:
 
 
 def _stream(old: Any, fresh: Any) -> None:
+    # Everything equal but the store locations (objects without a value repr): those are of
+    # the same kind, for the same paths, and the old pickle's reads use them.
     assert type(old) is type(fresh)
-    plain = {name: value for name, value in vars(fresh).items() if name != "_locations"}
+    own = {"_objects", "_reads"}
+    plain = {name: value for name, value in vars(fresh).items() if name not in own}
     assert {name: repr(vars(old)[name]) for name in plain} == {
         name: repr(value) for name, value in plain.items()
     }
-    assert {root: type(where) for root, where in old._locations.items()} == {
-        root: type(where) for root, where in fresh._locations.items()
-    }
+    assert [(type(where), path) for where, path in old._objects] == [
+        (type(where), path) for where, path in fresh._objects
+    ]
+    if hasattr(fresh, "_reads"):
+        assert old._reads.objects is old._objects
 
 
 def _sources() -> Any:

@@ -55,6 +55,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aioload.faults.guard import StreamGuard
+from aioload.old_paths import upgrade_objects
 from aioload.sources.cache.local import LocalCache, entry_identity
 from aioload.sources.decompress import COMPRESSIONS, Compression, decompressed, zstd_decompressor
 from aioload.sources.jsonl.lines import SUFFIXES, compression_of, is_blank, numbered_lines
@@ -399,6 +400,9 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
                 if not wanted:
                     return found
         raise ShardStateError(f"shard stream state: {url} ends before the lines the state names")
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(upgrade_objects(state))  # a pickle of the old layout, too
 
     def __repr__(self) -> str:
         return f"JsonLinesDataset({len(self.urls)} files, e.g. {redact_url(self.urls[0])!r})"

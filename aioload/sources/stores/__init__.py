@@ -12,7 +12,8 @@ Modules:
 - ``credentials``: where a store's credentials come from;
 - ``errors``: ``translate``, ``raise_translated``, ``is_transient``;
 - ``identity``: ``store_identity``, the settings that tell one store from another;
-- ``braces``: ``expand_braces``, brace patterns as bash expands them.
+- ``braces``: ``expand_braces`` and ``expand_urls``, brace patterns as bash expands them;
+- ``tasks``: ``bounded_gather`` and ``run_blocking``, many store requests at once, bounded.
 
 Used by every dataset of :mod:`aioload.sources` and by the cache.
 

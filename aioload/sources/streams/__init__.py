@@ -14,7 +14,8 @@ Modules:
 - ``checks``: what a state must hold true as a whole (``check_spans``);
 - ``tracked``: one worker's tracked stream (``OpenRun``, ``reread``, ``resumed_stream``);
 - ``interleave``: several units read at once, their samples taken in turn;
-- ``faults``: a stream's runs under the fault policy (``guarded_runs``, ``decoded``).
+- ``faults``: a stream's runs under the fault policy (``guarded_runs``, ``decoded``);
+- ``resume``: which ranks a set of states is shared over, and merging every rank's state.
 
 Used by :mod:`aioload.sources.tar`, :mod:`aioload.sources.jsonl` and
 :mod:`aioload.sources.parquet`. Nothing is re-exported here.

@@ -12,7 +12,8 @@ Modules:
   (``aioload index``);
 - ``scan``: an index from a shard's bytes; ``reads`` and ``segments``: the ranged reads
   of a resumed or split stream;
-- ``writer``: ``ShardWriter``, shards on local disk.
+- ``writer``: ``ShardWriter``, shards on local disk;
+- ``resampled``: the resampled stream (shards drawn with replacement, no end).
 
 The public names are exported by :mod:`aioload.sources`; the command line uses
 ``index_shards`` and ``split_name``.

@@ -71,6 +71,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from aioload.faults.guard import StreamGuard
+from aioload.old_paths import upgrade_objects
 from aioload.sources.cache.local import LocalCache
 from aioload.sources.decoders import Decoder, as_decoder, default_decode
 from aioload.sources.decompress import zstd_decompressor
@@ -579,6 +580,13 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
             raise ShardStateError(
                 "shard stream state: a resampled ShardDataset draws shards endlessly and "
                 "does not resume mid-epoch; start a new epoch (set_epoch) instead"
+            )
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(upgrade_objects(state))  # a pickle of the old layout, too
+        if "_reads" not in state:
+            self._reads = ShardReads(
+                self.urls, self._objects, self._compressions, self.cache, self._counts
             )
 
     def __repr__(self) -> str:

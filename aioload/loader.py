@@ -57,11 +57,10 @@ class DataLoader(Generic[T_co]):
     its own uvloop loop in a background thread, so fetching overlaps your
     compute). Every iteration is a new epoch.
 
-    Args:
-        (all): each argument is the field of the same name and default of
-            :class:`~aioload.settings.LoaderSettings`, where its doc and its
-            check are (``help(DataLoader)`` lists them at the end), and an
-            attribute of the loader (but ``shuffle``, as under torch).
+    Each argument is the field of the same name and default of
+    :class:`~aioload.settings.LoaderSettings`, where its doc and its check are
+    written once (``help(DataLoader)`` lists them, under "Args", at the end),
+    and an attribute of the loader (but ``shuffle``, as under torch).
 
     The fault policy (``retry``, ``item_timeout``, ``on_error``) applies to
     map-style datasets, and (but for ``item_timeout``) to the iterable
@@ -157,7 +156,9 @@ class DataLoader(Generic[T_co]):
         settings = self.__dict__.get("_settings")
         if settings is not None and name in _ATTRIBUTES:
             return getattr(settings, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+        )
 
     def __setattr__(self, attr: str, value: Any) -> None:
         settings: LoaderSettings | None = self.__dict__.get("_settings")

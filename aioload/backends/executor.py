@@ -275,9 +275,9 @@ class ExecutorBackend:
         (here: on the loop), and which logs an error whenever its task is
         cancelled or released before the result arrived. So aioload submits
         through the executor's client with the executor's options (``pure``
-        forced to False, see :func:`check_executor`), gathers each result on
-        the client's event loop (concurrently, as the executor does), and ends
-        an epoch by releasing dask's futures.
+        forced to False, see :func:`~aioload.settings.executors.check_executor`),
+        gathers each result on the client's event loop (concurrently, as the
+        executor does), and ends an epoch by releasing dask's futures.
         """
         client = self._dask
         executor: Any = self._executor

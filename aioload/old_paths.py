@@ -43,7 +43,7 @@ from typing import Any
 __all__ = ["MOVED", "OldPathFinder", "install", "keep_names", "old_name", "upgrade_objects"]
 
 MOVED: Mapping[str, str] = {
-    "aioload.arguments": "aioload.pipeline.arguments",
+    "aioload.arguments": "aioload.settings.core",
     "aioload.backends.fork_template": "aioload.backends.processes.fork_template",
     "aioload.backends.pickling": "aioload.backends.processes.pickling",
     "aioload.backends.pool": "aioload.backends.processes.pool",

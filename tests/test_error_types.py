@@ -29,6 +29,7 @@ from aioload.backends.processes.wire import ErrorReport
 from aioload.groups import ungroup
 from aioload.pipeline.handoff import END, Delivery, LoopOutput
 from aioload.pipeline.scheduler import Epoch
+from aioload.settings import LoaderSettings
 
 # -- datasets --------------------------------------------------------------------------
 
@@ -212,7 +213,8 @@ def test_an_epoch_whose_task_group_fails_delivers_the_error_itself() -> None:
     async def run() -> list[Delivery]:
         loop = asyncio.get_running_loop()
         output = LoopOutput(loop)
-        epoch = Epoch([[0, 1]], make_backend, window=2, in_order=True, output=output, loop=loop)
+        settings = LoaderSettings(dataset=range(2), batch_size=2)  # one batch: [0, 1]
+        epoch = Epoch(settings, make_backend, output=output, loop=loop)
         await epoch.run()  # returns: the error is the consumer's
         return [delivery for delivery in iter(output.get_nowait, None)]
 

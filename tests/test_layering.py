@@ -68,7 +68,7 @@ SUBFLOORS: Mapping[str, tuple[tuple[str, ...], ...]] = {
 }
 
 # Units the floors name before they exist.
-NOT_YET: frozenset[str] = frozenset({"settings"})
+NOT_YET: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from aioload import DataLoader, Dataset
-from aioload.pipeline.arguments import DEFAULT_WINDOW_BYTES
+from aioload.settings import DEFAULT_WINDOW_BYTES
 
 
 class BigItems(Dataset[np.ndarray]):

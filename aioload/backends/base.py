@@ -35,7 +35,7 @@ import anyio.abc
 
 from aioload.read.outcome import Outcome
 
-__all__ = ["Backend", "BackendFactory", "Outcome", "OutcomeSink"]
+__all__ = ["Backend", "BackendFactory", "Outcome", "OutcomeSink", "StartPlan"]
 
 
 class OutcomeSink(Protocol):
@@ -69,3 +69,18 @@ class Backend(Protocol):
 
 BackendFactory = Callable[[anyio.abc.TaskGroup, OutcomeSink], Backend]
 """Builds an epoch's backend inside the epoch's scope (its task group), reporting to the sink."""
+
+
+class StartPlan(Protocol):
+    """What the backends read of how an epoch starts (the pipeline's ``EpochPlan`` is one).
+
+    Attributes:
+        base_seed: the seed of the epoch's workers (``base_seed + id``).
+    """
+
+    @property
+    def base_seed(self) -> int: ...
+
+    def worker_streams(self) -> tuple[list[Any] | None, int]:
+        """A resumed stream's state per worker (None: start afresh) and whose turn is first."""
+        ...

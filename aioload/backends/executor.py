@@ -41,7 +41,8 @@ the training host has.
 dask's executor merges identical calls by default (``pure=True``: a task's
 key is a hash of its function and arguments), so a batch asked for again — a
 later epoch with the same seed, a retry — would silently get the earlier
-result; a loader refuses such an executor (see :func:`check_executor`).
+result; a loader refuses such an executor (see
+:func:`~aioload.settings.executors.check_executor`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -72,86 +72,11 @@ from aioload.backends.processes.pickling import pickle_for_workers
 from aioload.backends.processes.wire import outcome_from_wire
 from aioload.backends.threads import in_thread, when_done_on_loop
 from aioload.read.reader import WorkerSetup
+from aioload.settings import LoaderSettings
+from aioload.settings.executors import dask_workers, executor_size, is_dask
 from aioload.stats.recorder import EpochRecorder
 
-__all__ = ["ExecutorBackend", "check_executor", "executor_size"]
-
-
-def _dask_executor_type() -> type | None:
-    """dask.distributed's ``ClientExecutor`` when distributed is imported (never imports it)."""
-    module = sys.modules.get("distributed.cfexecutor")
-    found = getattr(module, "ClientExecutor", None)
-    return found if isinstance(found, type) else None
-
-
-def _is_dask(executor: concurrent.futures.Executor) -> bool:
-    kind = _dask_executor_type()
-    return kind is not None and isinstance(executor, kind)
-
-
-def _dask_workers(client: Any) -> dict[str, Any]:
-    """The cluster's workers by address, with their names and threads."""
-    try:
-        info = client.scheduler_info(n_workers=-1)  # all of them (newer dask lists 5 by default)
-    except TypeError:  # a dask without n_workers lists them all
-        info = client.scheduler_info()
-    workers: dict[str, Any] = info["workers"]
-    return workers
-
-
-def check_executor(
-    executor: Any, *, num_workers: int, persistent_workers: bool, iterable: bool
-) -> None:
-    """Refuses an ``executor`` argument that cannot work, saying what is allowed.
-
-    Raises:
-        TypeError: ``executor`` is not a ``concurrent.futures.Executor``.
-        ValueError: it is combined with ``num_workers > 0`` or
-            ``persistent_workers``, the dataset is iterable, or it is a dask
-            executor with ``pure=True``.
-    """
-    if not isinstance(executor, concurrent.futures.Executor):
-        raise TypeError(
-            "executor should be a concurrent.futures.Executor (a ThreadPoolExecutor, a "
-            "ProcessPoolExecutor, or a distributed engine's, such as dask's "
-            f"Client.get_executor(pure=False)) or None; got {type(executor).__name__}"
-        )
-    if num_workers > 0:
-        raise ValueError(
-            f"executor and num_workers={num_workers} are mutually exclusive: batches run "
-            "either in aioload's own worker processes (num_workers > 0) or as tasks of the "
-            "executor; pass num_workers=0 with an executor"
-        )
-    if persistent_workers:
-        raise ValueError(
-            "persistent_workers applies to aioload's own worker processes (num_workers > 0); "
-            "an executor's workers are the executor's and outlive every epoch already"
-        )
-    if iterable:
-        raise ValueError(
-            "executor runs a map-style dataset's batches as independent tasks; an iterable "
-            "dataset's stream cannot be split into tasks: use num_workers > 0 (and shard the "
-            "stream with aioload.get_worker_info() or aioload.split_by_rank_and_worker)"
-        )
-    if _is_dask(executor) and executor._kwargs.get("pure", True):  # type: ignore[attr-defined]
-        raise ValueError(
-            "this dask executor was made with pure=True (Client.get_executor()'s default): "
-            "dask would merge tasks with equal arguments, so a batch fetched again (a later "
-            "epoch with the same seed, a retry) would silently return the earlier result "
-            "instead of being read anew; use client.get_executor(pure=False)"
-        )
-
-
-def executor_size(executor: concurrent.futures.Executor) -> int | None:
-    """How many tasks the executor runs at once, as far as it tells (None: unknown)."""
-    if _is_dask(executor):
-        try:
-            workers = _dask_workers(executor._client)  # type: ignore[attr-defined]
-            return sum(int(worker.get("nthreads", 1)) for worker in workers.values()) or None
-        except Exception:
-            return None
-    size = getattr(executor, "_max_workers", None)
-    return size if isinstance(size, int) and size > 0 else None
+__all__ = ["ExecutorBackend"]
 
 
 @dataclass
@@ -167,30 +92,33 @@ class ExecutorBackend:
     """One epoch's batches as tasks of ``executor`` (see the module docstring).
 
     Args:
-        executor: where the tasks run.
+        settings: the loader's settings: its ``executor``, where the tasks run, and
+            ``max_worker_restarts``, the batches submitted again this epoch after dask
+            gave their task up.
         setup: what every worker needs (dataset, collate_fn, worker_init_fn, ...).
         key: the epoch's key (the loader's token and the epoch's number).
         base_seed: worker ``id`` seeds its generators with ``base_seed + id``.
         task_group: the epoch's scope.
         sink: where outcomes go.
-        max_resubmits: batches submitted again this epoch after dask gave their
-            task up (the loader's ``max_worker_restarts``).
         stats: the epoch's stats recorder, which counts resubmits as worker restarts.
     """
 
     def __init__(
         self,
-        executor: concurrent.futures.Executor,
+        settings: LoaderSettings,
         setup: WorkerSetup,
         *,
         key: EpochKey,
         base_seed: int,
         task_group: anyio.abc.TaskGroup,
         sink: OutcomeSink,
-        max_resubmits: int = 3,
         stats: EpochRecorder | None = None,
     ) -> None:
+        executor = settings.executor
+        if executor is None:
+            raise ValueError("an ExecutorBackend needs settings with an executor")
         self._stats = stats
+        self._settings = settings
         self._executor = executor
         self._setup = setup
         self._key = key
@@ -200,10 +128,9 @@ class ExecutorBackend:
         self._loop = asyncio.get_running_loop()
         self._futures: dict[int, concurrent.futures.Future[Any]] = {}
         # dask: its own futures, submitted through the client (see _submit_to_dask).
-        self._dask: Any = executor._client if _is_dask(executor) else None  # type: ignore[attr-defined]
+        self._dask: Any = executor._client if is_dask(executor) else None  # type: ignore[attr-defined]
         self._dask_futures: dict[int, Any] = {}
         self._keys: dict[int, Any] = {}  # dask: the batches in flight, to submit one again
-        self._max_resubmits = max_resubmits
         self._resubmitted = 0
         self._queued: list[tuple[int, Any]] = []
         self._shipment: _Shipment | None = None  # set once the workers can be sent tasks
@@ -274,7 +201,7 @@ class ExecutorBackend:
         if isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             placement = Placement("thread", size, threads=self._threads)
             return _Shipment(self._setup, placement, _nothing)
-        if _is_dask(executor):
+        if is_dask(executor):
             return self._ship_to_dask()
         blob = _pickle_setup(self._setup)
         if isinstance(executor, concurrent.futures.ProcessPoolExecutor):
@@ -302,7 +229,7 @@ class ExecutorBackend:
 
     def _ship_to_dask(self) -> _Shipment:
         client = self._executor._client  # type: ignore[attr-defined]
-        workers = _dask_workers(client)
+        workers = dask_workers(client)
         names = tuple(sorted(str(info.get("name", address)) for address, info in workers.items()))
         # Every worker holds the setup once; tasks refer to it by key, and a worker
         # that joins (or replaces a dead one) fetches it from another.
@@ -348,9 +275,9 @@ class ExecutorBackend:
         (here: on the loop), and which logs an error whenever its task is
         cancelled or released before the result arrived. So aioload submits
         through the executor's client with the executor's options (``pure``
-        forced to False, see :func:`check_executor`), gathers each result on
-        the client's event loop (concurrently, as the executor does), and ends
-        an epoch by releasing dask's futures.
+        forced to False, see :func:`~aioload.settings.executors.check_executor`),
+        gathers each result on the client's event loop (concurrently, as the
+        executor does), and ends an epoch by releasing dask's futures.
         """
         client = self._dask
         executor: Any = self._executor
@@ -382,7 +309,7 @@ class ExecutorBackend:
         if future.cancelled() and self._dask is not None:
             # Not by us (the epoch runs): dask gave the task up, as when the worker
             # holding its result died before the result was fetched. Run it again.
-            if self._resubmitted < self._max_resubmits:
+            if self._resubmitted < self._settings.max_worker_restarts:
                 self._resubmitted += 1
                 if self._stats is not None:
                     self._stats.worker_restarts += 1
@@ -393,7 +320,7 @@ class ExecutorBackend:
                 concurrent.futures.CancelledError(
                     f"dask cancelled this batch's task, and {self._resubmitted} batches were "
                     f"already submitted again this epoch (max_worker_restarts="
-                    f"{self._max_resubmits})"
+                    f"{self._settings.max_worker_restarts})"
                 ),
             )
             return

@@ -41,11 +41,10 @@ from aioload.backends.base import Outcome, OutcomeSink
 from aioload.backends.threads import when_done_on_loop
 from aioload.read.eager import ItemPool
 from aioload.read.reader import BatchReader
+from aioload.settings.window import THREADS_FOR_THREAD_SAFE
 
-__all__ = ["THREADS_FOR_THREAD_SAFE", "InlineBackend"]
+__all__ = ["InlineBackend"]
 
-THREADS_FOR_THREAD_SAFE = 8
-"""Fetch threads a ``thread_safe`` sync dataset is read by at most."""
 _ABANDONED = "aioload-abandoned"
 _ABANDON_POLL = 0.05  # how often closing, waiting for running reads, checks for abandonment
 

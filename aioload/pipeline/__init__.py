@@ -7,7 +7,7 @@ Where a batch is read is the backends' (:mod:`aioload.backends`), one floor down
 
 Modules:
 
-- ``arguments``: torch's argument checks and what they settle (the default window);
+- ``assembly``: ``EpochAssembly``, each epoch made from the loader's settings;
 - ``scheduler``: ``Epoch``, the sequence numbers, the ``Window``, reordering;
 - ``iteration``: ``AsyncBatchIterator`` and ``SyncBatchIterator``, over one driver;
 - ``handoff``: how finished batches reach the consumer, on the loop or in another thread;

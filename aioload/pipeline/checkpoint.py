@@ -46,6 +46,7 @@ from aioload.samplers.state import (
     set_torch_generator_state,
     torch_generator_state,
 )
+from aioload.settings import LoaderSettings
 
 __all__ = [
     "STATE_VERSION",
@@ -122,19 +123,13 @@ class Checkpoints:
     """A loader's checkpoint state (see :meth:`aioload.DataLoader.state_dict`).
 
     Args:
-        dataset: the loader's dataset.
-        sampler: the sampler whose state a checkpoint holds (the batch sampler,
-            or the sampler without automatic batching); None for an iterable dataset.
-        generator: the loader's generator: a numpy ``Generator``, a ``torch.Generator``
-            (the base seed is torch's draw from it) or None (the base seed is drawn
-            from torch's default generator when torch is imported, else from numpy's
-            global state).
-        iterable: the dataset is iterable.
-        num_workers: the loader's worker processes.
-        in_order: the loader yields in sequence order.
-        batch_size: the loader's ``batch_size`` (None: no automatic batching,
-            or a batch sampler of the user's).
-        drop_last: the loader's ``drop_last``.
+        settings: the loader's settings, of which a checkpoint reads the
+            dataset, the index sampler (whose state it holds; None for an
+            iterable dataset), the generator (a numpy ``Generator``, a
+            ``torch.Generator`` whose draw the base seed is, or None: the base
+            seed is drawn from torch's default generator when torch is imported,
+            else from numpy's global state), ``num_workers``, ``in_order``,
+            ``batch_size`` and ``drop_last``.
 
     A state records what it depends on (``"fits"``: the batch size,
     ``drop_last``, the dataset's length, the sampler's kind and length,
@@ -144,28 +139,14 @@ class Checkpoints:
     out of range or disagree with each other.
     """
 
-    def __init__(
-        self,
-        dataset: Any,
-        sampler: Any,
-        generator: Rng,
-        *,
-        iterable: bool,
-        num_workers: int,
-        in_order: bool,
-        batch_size: int | None = None,
-        drop_last: bool = False,
-    ) -> None:
-        self._batch_size = batch_size
-        self._drop_last = drop_last
+    def __init__(self, settings: LoaderSettings) -> None:
+        self._settings = settings
+        dataset = settings.dataset
         self._dataset = dataset
-        self._sampler = sampler
-        self._generator = generator
-        self._iterable = iterable
-        self._stream = iterable and is_stateful(dataset)
+        self._sampler = settings.index_sampler
+        self._generator: Rng = settings.generator  # type: ignore[assignment]  # settled
+        self._stream = settings.protocol.iterable and is_stateful(dataset)
         self._elastic = self._stream and callable(getattr(dataset, "resume_streams", None))
-        self._num_workers = num_workers
-        self._in_order = in_order
         self._epoch = 0  # epochs started (or resumed past, after load_state_dict)
         self._start: EpochStart | None = None  # what replays the latest epoch's start
         self._resume: Resume | None = None  # loaded by load_state_dict for the next epoch
@@ -195,10 +176,10 @@ class Checkpoints:
             base_seed = resume.base_seed  # the same draw, or the one recorded without a generator
         sampler = self._sampler
         stream_state = None if resume is None else copy.deepcopy(resume.stream_state)
-        if self._stream and self._num_workers > 0 and stream_state is None:
-            stream_state = {"workers": [None] * self._num_workers, "next_worker": 0}
+        if self._stream and self._settings.num_workers > 0 and stream_state is None:
+            stream_state = {"workers": [None] * self._settings.num_workers, "next_worker": 0}
         received = Received(
-            self._in_order,
+            self._settings.in_order,
             0 if resume is None else resume.done,
             () if resume is None else resume.received,
             stream=self._stream,
@@ -231,7 +212,7 @@ class Checkpoints:
 
     def check_checkpointable(self) -> None:
         """Refuses an iterable dataset that cannot say where its stream stands."""
-        if self._iterable and not is_stateful(self._dataset):
+        if self._settings.protocol.iterable and not is_stateful(self._dataset):
             error = TypeError(
                 f"this DataLoader cannot checkpoint: its iterable dataset "
                 f"{type(self._dataset).__name__} has no state_dict()/load_state_dict(), so a "
@@ -295,13 +276,13 @@ class Checkpoints:
         if inner is not None:
             kind = f"{kind}({type(inner).__name__})"
         return {
-            "batch_size": self._batch_size,
-            "drop_last": self._drop_last,
+            "batch_size": self._settings.batch_size,
+            "drop_last": self._settings.drop_last,
             "dataset_length": _length(self._dataset),
             "sampler": kind,
             "sampler_length": _length(sampler),
-            "in_order": self._in_order,
-            "num_workers": self._num_workers if self._stream else None,
+            "in_order": self._settings.in_order,
+            "num_workers": self._settings.num_workers if self._stream else None,
         }
 
     def _check_fits(self, state: Mapping[str, Any]) -> None:
@@ -426,8 +407,10 @@ class Checkpoints:
         if in_progress and dataset_state is not None and self._elastic:
             dataset_state = self._resplit_streams(state, dataset_state)
         if in_progress and dataset_state is not None:
-            if self._num_workers > 0:
-                check_worker_streams(dataset_state, self._num_workers)  # loaded in each worker
+            if self._settings.num_workers > 0:
+                check_worker_streams(
+                    dataset_state, self._settings.num_workers
+                )  # loaded in each worker
             else:
                 self._dataset.load_state_dict(dataset_state)
         self._epoch = epoch
@@ -456,15 +439,19 @@ class Checkpoints:
             recorded = list(dataset_state["workers"])
         else:
             recorded = [dataset_state]
-        states = list(self._dataset.resume_streams(recorded, self._num_workers, self._batch_size))
-        if len(states) != max(self._num_workers, 1):
+        states = list(
+            self._dataset.resume_streams(
+                recorded, self._settings.num_workers, self._settings.batch_size
+            )
+        )
+        if len(states) != max(self._settings.num_workers, 1):
             raise ValueError(
                 f"{type(self._dataset).__name__}.resume_streams returned {len(states)} states "
-                f"for {self._num_workers} workers"
+                f"for {self._settings.num_workers} workers"
             )
-        if self._num_workers == 0:
+        if self._settings.num_workers == 0:
             return states[0]
-        unchanged = theirs == self._num_workers and states == recorded
+        unchanged = theirs == self._settings.num_workers and states == recorded
         turn = dataset_state["next_worker"] if unchanged else 0
         return {"workers": states, "next_worker": turn}
 

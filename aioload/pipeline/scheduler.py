@@ -69,6 +69,7 @@ from aioload.groups import reported, ungroup
 from aioload.pipeline.handoff import END, Delivery, LoopOutput, ThreadOutput
 from aioload.pipeline.pin_stage import PinThread
 from aioload.pipeline.received import Received
+from aioload.settings import LoaderSettings
 from aioload.stats.recorder import EpochRecorder, Gauges, batch_nbytes
 
 __all__ = ["Epoch", "LoaderTimeoutError", "Window"]
@@ -162,15 +163,16 @@ class Epoch:
     """One pass: sampler → scheduler → backend → reorder → (pin) → output.
 
     Args:
-        batches: the batch sampler's output (lists of keys, or single keys
-            when automatic batching is off), sync or async; None for an
-            iterable dataset, whose backend makes its own batches.
+        settings: the loader's settings, of which the epoch reads: its
+            ``index_sampler``, whose output it numbers (lists of keys, or single
+            keys when automatic batching is off; sync or async; None for an
+            iterable dataset, whose backend makes its own batches); its
+            ``window``, the most batches in flight, and ``window_bytes``, a
+            memory budget for it (None: none): the epoch then starts with a small
+            window and, as it measures batches, sizes it to hold about this many
+            bytes of batches (within 2 and ``window``); and ``in_order``: yield
+            by sequence number rather than as finished.
         make_backend: builds the epoch's backend inside the epoch's scope.
-        window: the most batches in flight.
-        window_bytes: a memory budget for the window (None: none): the epoch
-            starts with a small window and, as it measures batches, sizes it to
-            hold about this many bytes of batches (within 2 and ``window``).
-        in_order: yield by sequence number rather than as finished.
         output: where deliveries go.
         pin: when given, each batch is passed through it in a dedicated thread.
         skips: where the items dropped under ``on_error='skip'`` are recorded.
@@ -189,12 +191,9 @@ class Epoch:
 
     def __init__(
         self,
-        batches: Iterable[Any] | AsyncIterable[Any] | None,
+        settings: LoaderSettings,
         make_backend: BackendFactory,
         *,
-        window: int,
-        window_bytes: int | None = None,
-        in_order: bool,
         output: LoopOutput | ThreadOutput,
         loop: asyncio.AbstractEventLoop,
         pin: Callable[[Any], Any] | None = None,
@@ -204,23 +203,21 @@ class Epoch:
         fast_forward: int = 0,
         stats: EpochRecorder | None = None,
     ) -> None:
+        self._settings = settings
         self.stats = stats if stats is not None else EpochRecorder()
         self.stats.attach(self)
         self._collated = self.stats.collated
-        self._map_style = batches is not None
+        self._map_style = settings.index_sampler is not None
         self._plain = self._collated and self._map_style  # items = len(keys)
         self._submitted: dict[int, float] = {}  # seq -> when it went to the backend
-        self.progress = progress if progress is not None else Received(in_order)
+        self.progress = progress if progress is not None else Received(settings.in_order)
         self._on_iter = on_iter
         self._fast_forward = fast_forward
-        self._batches = batches
         self._make_backend = make_backend
-        self._window_limit = window
-        self._window_bytes = window_bytes
         # Under a budget the batches' size is unknown until one is measured: start small.
-        first = window if window_bytes is None else min(window, _FIRST_WINDOW)
+        window = settings.window
+        first = window if settings.window_bytes is None else min(window, _FIRST_WINDOW)
         self.window = Window(first, loop)
-        self._in_order = in_order
         self._output = output
         self._pin = pin
         self._skips = skips
@@ -279,7 +276,7 @@ class Epoch:
     def stalled(self) -> tuple[int, Any]:
         """The batch the consumer is waiting for and its keys, for timeout messages."""
         pending = dict(self._pending)
-        seq = self._next_out if self._in_order else min(pending, default=self._next_out)
+        seq = self._next_out if self._settings.in_order else min(pending, default=self._next_out)
         return seq, pending.get(seq)
 
     def cancel(self) -> None:
@@ -370,7 +367,7 @@ class Epoch:
         first, mask = _MEASURE_FIRST, _MEASURE_MASK
         seq = self.progress.done
         skip = self.progress.skip
-        batches = self._batches
+        batches: Iterable[Any] | AsyncIterable[Any] | None = self._settings.index_sampler
         if batches is None:
             while not backend.exhausted:
                 await acquire()
@@ -456,7 +453,7 @@ class Epoch:
             delivery = None
             self._submitted.pop(seq, None)
             self.window.release()
-            if not self._in_order:
+            if not self._settings.in_order:
                 self.progress.nothing_for(seq)
         else:
             states = self.progress.stream_states
@@ -468,7 +465,7 @@ class Epoch:
                 delivery = Delivery(seq, batch, None, len(keys))
             else:
                 delivery = Delivery(seq, batch, None, self._measure(seq, keys, batch, len(skipped)))
-        if not self._in_order:
+        if not self._settings.in_order:
             if delivery is not None:
                 self._emit(delivery)
         else:
@@ -494,10 +491,10 @@ class Epoch:
 
     def _fit_window(self, nbytes: int) -> None:
         """Sizes the window to the budget by the bytes of a measured batch."""
-        budget = self._window_bytes
+        budget = self._settings.window_bytes
         if budget is None:
             return
-        limit = self._window_limit
+        limit = self._settings.window
         size = limit if nbytes <= 0 else max(_MIN_WINDOW, min(limit, budget // nbytes))
         if size != self.window.size:
             self.window.resize(size)
@@ -524,7 +521,7 @@ class Epoch:
 
     def _nothing_to_deliver(self, seq: int) -> None:
         """A resumed epoch skips batch ``seq``: the interrupted run delivered it."""
-        if self._in_order:
+        if self._settings.in_order:
             self._in_order_out(seq, None)
 
     def fail(self, error: BaseException | None) -> None:

@@ -57,6 +57,7 @@ from aioload.backends.processes.wire import (
 from aioload.backends.threads import in_thread
 from aioload.data.epochs import DatasetEpochs
 from aioload.errors import WorkerCrashedError
+from aioload.settings import LoaderSettings
 from aioload.stats.recorder import EpochRecorder
 
 __all__ = ["ProcessBackend"]
@@ -97,10 +98,14 @@ class ProcessBackend:
 
     Args:
         pool: the worker processes.
+        settings: the loader's settings: whether the dataset is iterable (workers
+            stream and batch it), ``max_worker_restarts`` (worker deaths this epoch
+            survives by restarting) and ``in_order`` (batches are yielded in order:
+            they go to the workers round-robin; otherwise each goes to the worker
+            with the fewest batches in flight, so a stalled worker holds back only
+            its own).
         owns_pool: stop the pool when the epoch ends (not persistent workers).
         epoch: this epoch's number, unique within the pool.
-        iterable: the dataset is iterable (workers stream and batch it).
-        max_restarts: worker deaths this epoch survives by restarting.
         task_group: the epoch's scope.
         sink: where outcomes go.
         resume_streams: an iterable dataset resumed from a checkpoint: each
@@ -111,36 +116,29 @@ class ProcessBackend:
             copy of the dataset across epochs).
         first_worker: the worker whose turn comes first (resumed epochs).
         stats: the epoch's stats recorder, which counts worker restarts.
-        in_order: batches are yielded in order: they go to the workers
-            round-robin. Otherwise each goes to the worker with the fewest
-            batches in flight, so a stalled worker holds back only its own.
     """
 
     def __init__(
         self,
         pool: WorkerPool,
+        settings: LoaderSettings,
         *,
         owns_pool: bool,
         epoch: int,
-        iterable: bool,
-        max_restarts: int,
         task_group: anyio.abc.TaskGroup,
         sink: OutcomeSink,
         resume_streams: list[Any] | None = None,
         first_worker: int = 0,
         stats: EpochRecorder | None = None,
-        in_order: bool = True,
         dataset_epochs: DatasetEpochs = (),
     ) -> None:
         self._stats = stats
         self._dataset_epochs = dataset_epochs
-        self._in_order = in_order
+        self._settings = settings
         self._pool = pool
         self._resume_streams = list(resume_streams) if resume_streams is not None else None
         self._owns_pool = owns_pool
         self._epoch = epoch
-        self._iterable = iterable
-        self._max_restarts = max_restarts
         self._restarts = 0
         self._sink = sink
         self._loop = asyncio.get_running_loop()
@@ -304,7 +302,7 @@ class ProcessBackend:
     def _send_batch(self, seq: int, keys: Any) -> None:
         handle = self._choose()
         self._held[handle.id][seq] = keys
-        if self._iterable:
+        if self._settings.protocol.iterable:
             self._send(handle, command_frame(Command.NEXT, self._epoch, seq))
         else:
             self._send(handle, command_frame(Command.FETCH, self._epoch, seq, keys))
@@ -315,7 +313,7 @@ class ProcessBackend:
         # Out of order, as torch too, the next batch goes where a slot is free: to
         # the least busy worker (round-robin among equals).
         workers = self._pool.workers
-        if not self._in_order:
+        if not self._settings.in_order:
             turn = next(self._round_robin)
             count = len(workers)
             live = [
@@ -389,11 +387,12 @@ class ProcessBackend:
         assert handle.process is not None
         exitcode, pid = _exit_code(handle.process), handle.pid
         keys = list(held.values())
-        if self._iterable or self._restarts >= self._max_restarts:
+        iterable, limit = self._settings.protocol.iterable, self._settings.max_worker_restarts
+        if iterable or self._restarts >= limit:
             why = (
                 "an iterable dataset's stream cannot be resumed in a new worker"
-                if self._iterable
-                else f"it was the restart limit (max_worker_restarts={self._max_restarts})"
+                if iterable
+                else f"it was the restart limit (max_worker_restarts={limit})"
             )
             self._fail(
                 WorkerCrashedError(

@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from aioload.collate.core import default_collate, default_convert
 from aioload.faults.policy import RetryPolicy, SkippedItem
@@ -105,6 +105,31 @@ class DataLoader(Generic[T_co]):
         # loader = DataLoader(same_dataset, batch_size=64, shuffle=True, generator=0)
         # loader.load_state_dict(json.loads(saved))
     """
+
+    if TYPE_CHECKING:  # the settings, as attributes (read through __getattr__), typed once more
+        dataset: Any
+        batch_size: int | None
+        sampler: Any
+        batch_sampler: Any
+        num_workers: int
+        collate_fn: Callable[[Any], Any] | None
+        pin_memory: bool
+        drop_last: bool
+        timeout: float
+        worker_init_fn: Callable[[int], None] | None
+        multiprocessing_context: Any
+        generator: GeneratorLike
+        prefetch_factor: int | None
+        persistent_workers: bool
+        pin_memory_device: str
+        in_order: bool
+        concurrency: int | None
+        max_worker_restarts: int
+        retry: RetryPolicy | None
+        item_timeout: float | None
+        on_error: Literal["raise", "skip"]
+        max_skipped: int | float | None
+        executor: concurrent.futures.Executor | None
 
     # What collate_fn=None stands for (aioload.torch.DataLoader's return tensors).
     _default_collate_fn: Callable[[Any], Any] = staticmethod(default_collate)

@@ -170,3 +170,24 @@ def test_the_settings_sit_below_the_backends_which_sit_below_the_pipeline(
         if name.startswith(above)
     }
     assert not upward
+
+
+def test_the_loader_types_every_setting_it_shows_as_an_attribute() -> None:
+    # Type checkers see the attributes of the loader (read at run time through __getattr__)
+    # only in the TYPE_CHECKING block of the class: it must name every one of them.
+    import ast
+    import inspect
+
+    import aioload.loader
+    from aioload.settings import LOADER_ATTRIBUTES
+
+    tree = ast.parse(inspect.getsource(aioload.loader))
+    loader = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DataLoader")
+    typed = [
+        node.target.id
+        for block in loader.body
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    ]
+    assert typed == list(LOADER_ATTRIBUTES)

@@ -122,7 +122,7 @@ def __getattr__(name: str) -> Any:
             import aiohttp  # noqa: F401
         except ImportError as error:
             raise ImportError(
-                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload-data[s3]'"
+                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload-data[demo]'"
             ) from error
         from aioload.testing.object_server import ObjectServer
 

@@ -52,7 +52,7 @@ from aioload.samplers.builtin import (
 )
 from aioload.stats.progress import progress
 from aioload.stats.recorder import IterationStats, LoaderStats
-from aioload.version import __version__
+from aioload.version import __version__ as __version__  # the installed version
 from aioload.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [

@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import Any
@@ -111,7 +111,9 @@ class JsonLinesDataset(StreamDataset[StreamState]):
         compression: how every file is stored, whatever its name: ``"gzip"``,
             ``"zstd"``, ``"bz2"``, ``"xz"``, or None (plain lines). Default
             ``"infer"``: each file's by its name's suffix.
-        **store_options: options of :func:`~aioload.sources.open_store`.
+        storage_options: the stores' options, one mapping for every file's store:
+            ``{"endpoint": ..., "region": ...}``, any option of
+            :func:`~aioload.sources.open_store` (default: from the environment).
 
     Raises:
         ValueError, TypeError: no URL, a name with another suffix (and no
@@ -160,7 +162,7 @@ class JsonLinesDataset(StreamDataset[StreamState]):
         cache_limit: int | str | None = None,
         chunk_size: int = STREAM_CHUNK,
         compression: str | None = "infer",
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         given = _check_compression(compression)
         self.urls = expand_urls(urls)
@@ -199,7 +201,7 @@ class JsonLinesDataset(StreamDataset[StreamState]):
                 zstd_decompressor()  # the extra is missing: say so now
             root = f"{parts.scheme}://{parts.netloc}/"
             if root not in self._locations:
-                self._locations[root] = StoreLocation(root, store_options)
+                self._locations[root] = StoreLocation(root, storage_options)
             self._paths.append((root, path))
             self._compressions.append(compression)
 

@@ -175,8 +175,9 @@ class ObjectDataset(Dataset[Any]):
         cache_limit: the most bytes the cache takes on disk: an int, or a
             size such as ``"50GB"``, ``"512MiB"``; least recently used
             objects go first. Default: no limit but the disk's.
-        **store_options: options of :func:`~aioload.sources.open_store`
-            (endpoint, credentials, ...) when ``url_or_store`` is a URL.
+        storage_options: the store's options, one mapping, when ``url_or_store`` is a
+            URL: ``{"endpoint": ..., "region": ..., "access_key_id": ...}``, any option
+            of :func:`~aioload.sources.open_store` (default: from the environment).
 
     Errors name the object's URL: a missing object raises ``FileNotFoundError``,
     a denied request ``PermissionError`` (neither is retried), a server or
@@ -184,9 +185,9 @@ class ObjectDataset(Dataset[Any]):
 
     Example::
 
-        dataset = ObjectDataset(
-            "s3://bucket/images/", decode=decode_jpeg,
-            endpoint="http://127.0.0.1:8333", access_key_id="...", secret_access_key="...")
+        dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, storage_options={
+            "endpoint": "http://127.0.0.1:8333", "access_key_id": "...",
+            "secret_access_key": "..."})
         loader = DataLoader(dataset, batch_size=32)   # lists the keys as it reads
         async for batch in loader:
             ...
@@ -202,7 +203,7 @@ class ObjectDataset(Dataset[Any]):
         byte_range: ByteRange | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if keys is not None:
             if isinstance(keys, str):
@@ -221,7 +222,7 @@ class ObjectDataset(Dataset[Any]):
         decode = as_decoder(decode, "bytes -> sample")
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
-        self._location = StoreLocation(url_or_store, store_options)
+        self._location = StoreLocation(url_or_store, storage_options)
         self._keys = keys
         self.prefix = prefix or ""
         self.decode = decode
@@ -268,7 +269,8 @@ class ObjectDataset(Dataset[Any]):
 
         Example::
 
-            dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **options)
+            dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg,
+                                    storage_options=options)
             loader = DataLoader(dataset, batch_size=32, shuffle=True, generator=0)
         """
         if self._keys is not None:

@@ -223,8 +223,9 @@ class ShardDataset(StreamDataset[StreamState]):
             ``total % world_size`` samples instead of padding the ranks' shares by
             repeating samples from the epoch's start (``DistributedSampler``'s
             choice, and its default: pad).
-        **store_options: options of :func:`~aioload.sources.open_store`
-            (endpoint, credentials, ...).
+        storage_options: the stores' options, one mapping for every shard's store:
+            ``{"endpoint": ..., "region": ..., "access_key_id": ...}``, any option of
+            :func:`~aioload.sources.open_store` (default: from the environment).
 
     Example::
 
@@ -275,7 +276,7 @@ class ShardDataset(StreamDataset[StreamState]):
         cache_limit: int | str | None = None,
         split: Literal["samples", "shards"] | None = None,
         drop_last: bool = False,
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.urls = expand_urls(urls)
         if not self.urls:
@@ -316,7 +317,7 @@ class ShardDataset(StreamDataset[StreamState]):
             parts = urlsplit(url)
             root = f"{parts.scheme}://{parts.netloc}/"
             if root not in self._locations:
-                self._locations[root] = StoreLocation(root, store_options)
+                self._locations[root] = StoreLocation(root, storage_options)
             path = parts.path.lstrip("/")
             if not path or path.endswith("/"):
                 raise ValueError(f"{redact_url(url)!r} names no shard (a tar object) in its store")
@@ -458,7 +459,8 @@ class ShardDataset(StreamDataset[StreamState]):
 
         Example::
 
-            dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar", **options)
+            dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar",
+                                   storage_options=options)
             written = asyncio.run(dataset.write_indexes())
         """
         if self._indexes is not None and not overwrite:

@@ -157,9 +157,9 @@ class ObjectDataset(Dataset[Any]):
             ``DataLoader(dataset)`` iterates :meth:`listing`.
         prefix: with ``keys=None``, what :meth:`listing` lists: the keys that
             start with it (relative to the URL; default all).
-        decode: turns an object's bytes (a bytes-like ``obstore.Bytes``, or
-            ``bytes`` from the cache) into a sample; runs where the fetch runs
-            (in the worker with ``num_workers > 0``). A
+        decode: turns an object's bytes (``bytes``, as ``json.loads`` and
+            ``PIL.Image.open(io.BytesIO(data))`` take them) into a sample; runs where
+            the fetch runs (in the worker with ``num_workers > 0``). A
             :class:`~aioload.sources.Decoder` (or a mapping of extension ->
             ``fn(bytes)``, merged over the default decoders) decodes each
             object by its key's extension: ``x.jpg`` as an image, ``x.npy``
@@ -320,13 +320,15 @@ class ObjectDataset(Dataset[Any]):
                 functools.partial(_fetch, location, path, byte_range, self._counts),
                 self._counts,
             )
+        # bytes for every decoder, whatever the read returned (obstore's Bytes from the
+        # store, bytes from the cache): json.loads and the like accept no other buffer
+        data = bytes(data)
         decode = self.decode
         if decode is None:
-            return bytes(data)
-        if isinstance(decode, Decoder):
-            # By the key's extension; a handler gets plain bytes (json.loads needs them).
+            return data
+        if isinstance(decode, Decoder):  # by the key's extension
             return decode.decode_field(
-                path.rpartition("/")[2], bytes(data), key=key, url=location.describe(path)
+                path.rpartition("/")[2], data, key=key, url=location.describe(path)
             )
         return decode(data)
 

@@ -9,6 +9,8 @@ Example::
         ...
     async for x, y in loader:      # inside an asyncio service
         ...
+
+``aioload.__version__`` is the installed version (``aioload --version`` prints it too).
 """
 
 from aioload.collate.core import collate, default_collate, default_collate_fn_map, default_convert
@@ -51,6 +53,7 @@ from aioload.samplers.builtin import (
 )
 from aioload.stats.progress import progress
 from aioload.stats.recorder import IterationStats, LoaderStats
+from aioload.version import __version__ as __version__  # the installed version
 from aioload.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [

@@ -52,7 +52,7 @@ BATCH = 256
 
 def write_files(server: SeaweedFS) -> list[str]:
     """The 8 files, put into the server's bucket; their keys."""
-    store, _ = open_store(server.url, **server.store_options)
+    store, _ = open_store(server.url, storage_options=server.storage_options)
     rng = np.random.default_rng(0)
     per_file = ROWS // FILES
     keys = []
@@ -69,7 +69,7 @@ def write_files(server: SeaweedFS) -> list[str]:
 
 
 def arrow_fs(server: SeaweedFS) -> Any:
-    options = server.store_options
+    options = server.storage_options
     return pafs.S3FileSystem(
         access_key=options["access_key_id"],
         secret_key=options["secret_access_key"],
@@ -127,7 +127,7 @@ def main() -> None:
     with SeaweedFS(bucket="bench-parquet") as server:
         keys = write_files(server)
         urls = [f"{server.url}/{key}" for key in keys]
-        options = server.store_options
+        options = server.storage_options
         fs = arrow_fs(server)
 
         def read_table() -> int:
@@ -136,9 +136,13 @@ def main() -> None:
 
         # Made before the clock starts, as read_table's filesystem is: the epoch reads the
         # footers and the data, from nothing but the URLs and a client.
-        fresh = [IterableParquetDataset(urls, **options) for _ in range(args.repeat + 1)]
+        fresh = [
+            IterableParquetDataset(urls, storage_options=options) for _ in range(args.repeat + 1)
+        ]
 
-        fresh_big = [IterableParquetDataset(urls, **options) for _ in range(args.repeat + 1)]
+        fresh_big = [
+            IterableParquetDataset(urls, storage_options=options) for _ in range(args.repeat + 1)
+        ]
 
         def iterable_epoch(batch_size: int = BATCH, datasets: list[Any] = fresh) -> int:
             dataset = datasets.pop()
@@ -149,7 +153,9 @@ def main() -> None:
             assert rows == ROWS
             return rows
 
-        fresh_async = [IterableParquetDataset(urls, **options) for _ in range(args.repeat + 1)]
+        fresh_async = [
+            IterableParquetDataset(urls, storage_options=options) for _ in range(args.repeat + 1)
+        ]
 
         def iterable_epoch_async() -> int:
             dataset = fresh_async.pop()
@@ -166,7 +172,7 @@ def main() -> None:
 
         def map_epoch(workers: int) -> Callable[[], int]:
             def run() -> int:
-                dataset = ParquetDataset(urls, **options)
+                dataset = ParquetDataset(urls, storage_options=options)
                 loader = DataLoader(
                     dataset, batch_size=BATCH, shuffle=True, generator=0, num_workers=workers
                 )

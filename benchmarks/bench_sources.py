@@ -201,7 +201,7 @@ def obstore_ceiling(
 
     def run(duration: float) -> tuple[int, float]:
         async def main() -> Window:
-            store, prefix = open_store(url, **options)
+            store, prefix = open_store(url, storage_options=options)
             window = Window(duration, concurrency, pid)
             numbers = itertools.count()
 
@@ -291,7 +291,7 @@ def loader_case(
 
 
 def object_loader(url: str, options: dict[str, Any], workers: int, concurrency: int) -> DataLoader:
-    dataset = ObjectDataset(url, decode=as_array, **options)
+    dataset = ObjectDataset(url, decode=as_array, storage_options=options)
     extra: dict[str, Any] = {"timeout": WORKER_TIMEOUT} if workers else {}
     if workers:
         # Batches in flight per worker: twice what its concurrency needs.
@@ -435,7 +435,7 @@ def seaweedfs_objects() -> Iterator[SeaweedFS]:
     """A SeaweedFS server on 127.0.0.1 (with credentials) holding ``OBJECTS`` objects under
     ``objects/`` of its bucket; stopped at the end."""
     with SeaweedFS(bucket="bench") as s3:
-        store, _ = open_store(s3.url, **s3.store_options)
+        store, _ = open_store(s3.url, storage_options=s3.storage_options)
 
         async def upload() -> None:
             limit = asyncio.Semaphore(32)
@@ -452,7 +452,7 @@ def seaweedfs_objects() -> Iterator[SeaweedFS]:
 
 def seaweedfs_cases(s3: SeaweedFS, log: CpuLog) -> dict[str, Case]:
     """The cases of measurement 2 against a running :func:`seaweedfs_objects`."""
-    options = s3.store_options
+    options = s3.storage_options
     url = s3.url + "/objects"
     pid = s3.pid
     return {

@@ -81,13 +81,13 @@ def s3_server(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]]]:
     started = time.perf_counter()
     with SeaweedFS(bucket=args.bucket) as server:
         print(f"started SeaweedFS at {server.endpoint} in {time.perf_counter() - started:.1f} s")
-        yield server.url, server.store_options
+        yield server.url, server.storage_options
     print("stopped SeaweedFS")
 
 
 async def upload(bucket: str, options: dict[str, Any], shards: list[str]) -> None:
     """The shards (and their indexes) under shards/, every sample as an object under objects/."""
-    store, _ = open_store(bucket, **options)
+    store, _ = open_store(bucket, storage_options=options)
     puts = [
         obstore.put_async(store, f"shards/{path.name}", path.read_bytes())
         for path in map(Path, shards)
@@ -106,7 +106,7 @@ def stream_shards(bucket: str, options: dict[str, Any], workers: int) -> None:
         shuffle_shards=True,
         shuffle_buffer=100,
         seed=0,
-        **options,
+        storage_options=options,
     )
     loader = DataLoader(dataset, batch_size=32, num_workers=workers)
     for epoch in range(2):
@@ -124,7 +124,7 @@ def stream_shards(bucket: str, options: dict[str, Any], workers: int) -> None:
 
 
 async def stream_objects(bucket: str, options: dict[str, Any]) -> None:
-    dataset = ObjectDataset(f"{bucket}/objects/", decode=decode_object, **options)
+    dataset = ObjectDataset(f"{bucket}/objects/", decode=decode_object, storage_options=options)
     loader = DataLoader(dataset, batch_size=64)  # the dataset's listing is the sampler
     count, labels = 0, 0
     async for images, label in loader:  # the listing is still running when this starts

@@ -53,7 +53,7 @@ def table(first: int) -> pa.Table:
 
 
 def upload(bucket: str, options: dict[str, Any]) -> list[str]:
-    store, _ = open_store(bucket, **options)
+    store, _ = open_store(bucket, storage_options=options)
     urls = []
     for number in range(FILES):
         out = io.BytesIO()
@@ -74,7 +74,9 @@ def pad(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def map_style(bucket: str, options: dict[str, Any]) -> None:
-    dataset = ParquetDataset(f"{bucket}/table/", columns=["id", "text", "label"], **options)
+    dataset = ParquetDataset(
+        f"{bucket}/table/", columns=["id", "text", "label"], storage_options=options
+    )
     loader = DataLoader(dataset, batch_size=256, shuffle=True, generator=0)
     seen: list[int] = []
     for batch in loader:  # {"id": int64 array, "text": list of str, "label": int32 array}
@@ -83,7 +85,9 @@ def map_style(bucket: str, options: dict[str, Any]) -> None:
     exact = sorted(seen) == list(range(ROWS))
     verdict = ", each exactly once" if exact else " (WRONG)"
     print(f"ParquetDataset, shuffled: {len(seen)} rows{verdict}, {len(dataset.urls)} files")
-    tokens = ParquetDataset(f"{bucket}/table/", columns=["tokens", "label"], **options)
+    tokens = ParquetDataset(
+        f"{bucket}/table/", columns=["tokens", "label"], storage_options=options
+    )
     first = next(iter(DataLoader(tokens, batch_size=4, collate_fn=pad)))
     print(f"ragged token lists padded by a collate_fn of rows: {first['tokens'].shape}")
 
@@ -96,7 +100,7 @@ def streamed(bucket: str, options: dict[str, Any], workers: int) -> None:
             shuffle_row_groups=True,
             shuffle_buffer=1_000,
             seed=0,
-            **options,
+            storage_options=options,
         )
 
     loader = DataLoader(dataset(), batch_size=256, num_workers=workers)
@@ -126,7 +130,7 @@ def main() -> None:
     started = time.perf_counter()
     with SeaweedFS(bucket="aioload-parquet-example") as server:
         print(f"started SeaweedFS at {server.endpoint} in {time.perf_counter() - started:.1f} s")
-        bucket, options = server.url, server.store_options
+        bucket, options = server.url, server.storage_options
         urls = upload(bucket, options)
         print(f"uploaded {len(urls)} Parquet files of {ROWS_PER_FILE} rows to {bucket}/table/")
         map_style(bucket, options)

@@ -77,7 +77,7 @@ def upload(folder: Path, url: str, options: dict[str, Any]) -> None:
 
     from aioload.sources import open_store
 
-    store, prefix = open_store(url + "/", **options)
+    store, prefix = open_store(url + "/", storage_options=options)
 
     async def put_all() -> None:
         files = [path for path in sorted(folder.rglob("*")) if path.is_file()]
@@ -155,11 +155,17 @@ def make_source(name: str, url: str, options: dict[str, Any], cache: Path) -> So
     shuffled = {"shuffle": True, "generator": 7}
     if name == "ParquetDataset":
         # A row-group cache of 3 row groups: row groups are kept, dropped and read again.
-        dataset = ParquetDataset(parquet, ["id"], row_group_cache=200, cache_dir=cache, **options)
+        dataset = ParquetDataset(
+            parquet, ["id"], row_group_cache=200, cache_dir=cache, storage_options=options
+        )
         return Source(dataset, _ids, options=shuffled)
     if name == "IterableParquetDataset":
         dataset = IterableParquetDataset(
-            parquet, shuffle_row_groups=True, shuffle_buffer=16, cache_dir=cache, **options
+            parquet,
+            shuffle_row_groups=True,
+            shuffle_buffer=16,
+            cache_dir=cache,
+            storage_options=options,
         )
         return Source(dataset, _ids)
     if name == "ShardDataset":
@@ -170,23 +176,33 @@ def make_source(name: str, url: str, options: dict[str, Any], cache: Path) -> So
             shuffle_buffer=10,
             shards_in_flight=2,
             cache_dir=cache,
-            **options,
+            storage_options=options,
         )
         return Source(dataset, _plain)
     if name == "JsonLinesDataset":
-        dataset = JsonLinesDataset(jsonl, shuffle_files=True, shuffle_buffer=10, **options)
+        dataset = JsonLinesDataset(
+            jsonl, shuffle_files=True, shuffle_buffer=10, storage_options=options
+        )
         return Source(dataset, _rows, options={"collate_fn": list})
     if name == "ObjectDataset":
         dataset = ObjectDataset(
-            f"{url}/objects/", keys, decode=number_of_object, cache_dir=cache, **options
+            f"{url}/objects/",
+            keys,
+            decode=number_of_object,
+            cache_dir=cache,
+            storage_options=options,
         )
         return Source(dataset, _plain, options=shuffled)
     if name == "MixDataset":
-        rows = JsonLinesDataset(jsonl, decode=lambda row: row["id"], **options)
-        samples = ShardDataset(shards, decode=lambda s: COUNT + number_of_sample(s), **options)
+        rows = JsonLinesDataset(jsonl, decode=lambda row: row["id"], storage_options=options)
+        samples = ShardDataset(
+            shards, decode=lambda s: COUNT + number_of_sample(s), storage_options=options
+        )
         dataset = MixDataset([rows, samples], [0.5, 0.5], seed=3, stop="longest")
         return Source(dataset, _plain, expected=list(range(2 * COUNT)))
-    objects = ObjectDataset(f"{url}/objects/", keys, decode=number_of_object, **options)
+    objects = ObjectDataset(
+        f"{url}/objects/", keys, decode=number_of_object, storage_options=options
+    )
     if name == "ArrayDataset":
         return Source(ArrayDataset(np.arange(COUNT)), _plain, options=shuffled)
     if name == "StackDataset":
@@ -198,7 +214,7 @@ def make_source(name: str, url: str, options: dict[str, Any], cache: Path) -> So
         return Source(concat, _plain, options=shuffled)
     if name == "ChainDataset":
         first = COUNT // FILES  # the first JSON-lines file's records, then the rest counted
-        rows = JsonLinesDataset(jsonl[:1], decode=lambda row: row["id"], **options)
+        rows = JsonLinesDataset(jsonl[:1], decode=lambda row: row["id"], storage_options=options)
         return Source(ChainDataset([rows, Numbers(first, COUNT - first)]), _plain)
     raise ValueError(f"no source {name!r}")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from marked import marked_processes
+from servers import MetadataService
 
 from aioload.cli import EXIT_CODES, main
 from aioload.sources import ShardWriter
@@ -196,7 +197,7 @@ def test_stream_explains_an_unreachable_endpoint(
 def test_stream_reads_the_local_s3_server(
     fmt: str,
     seaweedfs: object,
-    s3_store_options: dict[str, object],
+    s3_storage_options: dict[str, object],
     s3_prefix: str,
     shard_server: tuple[ObjectServer, Path],
     capsys: pytest.CaptureFixture[str],
@@ -207,23 +208,114 @@ def test_stream_reads_the_local_s3_server(
     from aioload.sources import open_store
 
     _, folder = shard_server
-    store, prefix = open_store(s3_prefix + "/", **s3_store_options)
+    store, prefix = open_store(s3_prefix + "/", storage_options=s3_storage_options)
     files = (
         sorted(folder.glob("part-*.tar")) if fmt == "tar" else sorted((folder / "raw").iterdir())
     )
     for path in files:
         obstore.put(store, f"{prefix}{path.name}", path.read_bytes())
     # Credentials from the environment, as a user's shell would have them.
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", str(s3_store_options["access_key_id"]))
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", str(s3_store_options["secret_access_key"]))
-    endpoint = str(s3_store_options["endpoint"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", str(s3_storage_options["access_key_id"]))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", str(s3_storage_options["secret_access_key"]))
+    endpoint = str(s3_storage_options["endpoint"])
     args = ["stream", s3_prefix + "/", "--format", fmt, "--endpoint", endpoint, "--json"]
-    args += ["--region", str(s3_store_options["region"]), "--quiet", "--workers", "2"]
+    args += ["--region", str(s3_storage_options["region"]), "--quiet", "--workers", "2"]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["samples"] == (40 if fmt == "tar" else 25)
     if fmt == "tar":
         assert report["source"] == "4 tar shards"
+
+
+def _raw_objects_at(s3_prefix: str, options: dict[str, object], folder: Path) -> list[str]:
+    """The stream arguments for the raw objects of ``folder``, put under ``s3_prefix``."""
+    import obstore
+
+    from aioload.sources import open_store
+
+    store, prefix = open_store(s3_prefix + "/", storage_options=options)
+    for path in sorted((folder / "raw").iterdir()):
+        obstore.put(store, f"{prefix}{path.name}", path.read_bytes())
+    return [
+        "stream",
+        s3_prefix + "/",
+        "--format",
+        "raw",
+        "--json",
+        "--quiet",
+        "--endpoint",
+        str(options["endpoint"]),
+    ]
+
+
+def test_stream_takes_a_vm_role_only_with_metadata_credentials(
+    metadata_service: MetadataService,
+    s3_storage_options: dict[str, object],
+    s3_prefix: str,
+    shard_server: tuple[ObjectServer, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # No credentials in the environment: the VM's role (here, a stand-in for its
+    # instance-metadata service on 127.0.0.1) is asked only when the flag allows it.
+    args = _raw_objects_at(s3_prefix, s3_storage_options, shard_server[1])
+    args += ["--region", str(s3_storage_options["region"])]
+    assert main(args) == EXIT_CODES["usage"]
+    err = capsys.readouterr().err
+    assert "no credentials" in err and "--metadata-credentials on a cloud VM" in err
+    assert metadata_service.requests == []
+    assert main([*args, "--metadata-credentials"]) == EXIT_CODES["ok"]
+    assert json.loads(capsys.readouterr().out)["samples"] == 25
+    assert ("GET", "/latest/meta-data/iam/security-credentials/role") in metadata_service.requests
+    assert main(["stream", "http://127.0.0.1:9/x/", "--metadata-credentials"]) == 2
+    assert "--metadata-credentials applies to cloud URLs" in capsys.readouterr().err
+
+
+def test_stream_reads_with_an_aws_profile(
+    metadata_service: MetadataService,
+    s3_storage_options: dict[str, object],
+    s3_prefix: str,
+    shard_server: tuple[ObjectServer, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("boto3")
+    args = _raw_objects_at(s3_prefix, s3_storage_options, shard_server[1])
+    (tmp_path / "config").write_text(
+        f"[profile dev]\nregion = {s3_storage_options['region']}\n"
+        f"aws_access_key_id = {s3_storage_options['access_key_id']}\n"
+        f"aws_secret_access_key = {s3_storage_options['secret_access_key']}\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_PROFILE", "dev")
+    assert main(args) == EXIT_CODES["ok"]  # the region too comes from the profile
+    assert json.loads(capsys.readouterr().out)["samples"] == 25
+    assert metadata_service.requests == []
+
+
+def test_stream_names_boto3_for_an_aws_profile_without_it(
+    metadata_service: MetadataService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**os.environ, "AWS_PROFILE": "dev"}
+    code = (
+        "import sys; sys.modules['boto3'] = None\n"
+        "from aioload.cli import main\n"
+        "sys.exit(main(['stream', 's3://bucket/x/', '--endpoint', 'http://127.0.0.1:9']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == EXIT_CODES["usage"], done.stderr
+    assert "AWS_PROFILE='dev'" in done.stderr
+    assert "pip install 'aioload-data[aws]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert metadata_service.requests == []
 
 
 SECRET = "s3cr3t-pa55"

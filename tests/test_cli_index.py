@@ -63,7 +63,7 @@ def s3_arguments(options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> li
 
 
 def put_files(url: str, options: dict[str, Any], paths: list[Path]) -> None:
-    store, prefix = open_store(url + "/", **options)
+    store, prefix = open_store(url + "/", storage_options=options)
 
     async def put_all() -> None:
         await asyncio.gather(
@@ -75,7 +75,7 @@ def put_files(url: str, options: dict[str, Any], paths: list[Path]) -> None:
 
 def stored_indexes(url: str, options: dict[str, Any]) -> dict[str, bytes]:
     """Shard name -> its index file, of every index file under ``url``."""
-    store, prefix = open_store(url + "/", **options)
+    store, prefix = open_store(url + "/", storage_options=options)
     found = {}
     for page in obstore.list(store, prefix):
         for meta in page:
@@ -89,20 +89,20 @@ def stored_indexes(url: str, options: dict[str, Any]) -> dict[str, bytes]:
 def test_it_writes_what_shard_writer_writes_and_a_second_run_reads_nothing(
     tmp_path: Path,
     s3_prefix: str,
-    s3_store_options: dict[str, Any],
+    s3_storage_options: dict[str, Any],
     reference: dict[str, bytes],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    put_files(s3_prefix, s3_store_options, write_shards(tmp_path, index=False))
-    flags = s3_arguments(s3_store_options, monkeypatch)
+    put_files(s3_prefix, s3_storage_options, write_shards(tmp_path, index=False))
+    flags = s3_arguments(s3_storage_options, monkeypatch)
     pattern = f"{s3_prefix}/part-{{000..{SHARDS - 1:03d}}}.tar"
     assert main(["index", pattern, *flags, "--json", "--quiet"]) == 0
     first = report_of(capsys)
     assert (first["shards"], first["written"], first["kept"]) == (SHARDS, SHARDS, 0)
     assert first["samples"] == SHARDS * PER_SHARD and first["read_bytes"] > 0
-    assert stored_indexes(s3_prefix, s3_store_options) == reference
+    assert stored_indexes(s3_prefix, s3_storage_options) == reference
     # Again, over the prefix: every index is valid, no shard is read.
     assert main(["index", s3_prefix + "/", *flags, "--json", "--quiet", "--concurrency", "2"]) == 0
     again = report_of(capsys)
@@ -110,7 +110,8 @@ def test_it_writes_what_shard_writer_writes_and_a_second_run_reads_nothing(
     # Two ranks split the samples with the files written: no shard is read whole.
     with caplog.at_level(logging.WARNING, logger="aioload"):
         ranks = [
-            ShardDataset(pattern, rank=rank, world_size=2, **s3_store_options) for rank in range(2)
+            ShardDataset(pattern, rank=rank, world_size=2, storage_options=s3_storage_options)
+            for rank in range(2)
         ]
         assert [len(rank) for rank in ranks] == [SHARDS * PER_SHARD // 2] * 2
     assert "no index file" not in caplog.text
@@ -172,13 +173,13 @@ def test_a_missing_or_broken_shard_is_reported_and_the_others_indexed(
 def test_an_interrupted_run_leaves_whole_index_files_and_the_next_one_finishes(
     tmp_path: Path,
     s3_prefix: str,
-    s3_store_options: dict[str, Any],
+    s3_storage_options: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     count = 240
-    put_files(s3_prefix, s3_store_options, write_shards(tmp_path, index=False, count=count))
-    flags = s3_arguments(s3_store_options, monkeypatch)
+    put_files(s3_prefix, s3_storage_options, write_shards(tmp_path, index=False, count=count))
+    flags = s3_arguments(s3_storage_options, monkeypatch)
     command = [sys.executable, "-m", "aioload", "index", s3_prefix + "/", *flags]
     process = subprocess.Popen(
         [*command, "--concurrency", "1", "--quiet"],
@@ -189,7 +190,7 @@ def test_an_interrupted_run_leaves_whole_index_files_and_the_next_one_finishes(
     )
     try:
         deadline = time.monotonic() + 60
-        while len(stored_indexes(s3_prefix, s3_store_options)) < 10:
+        while len(stored_indexes(s3_prefix, s3_storage_options)) < 10:
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
         process.send_signal(signal.SIGINT)
@@ -199,14 +200,14 @@ def test_an_interrupted_run_leaves_whole_index_files_and_the_next_one_finishes(
         process.wait()
     assert process.returncode == EXIT_CODES["interrupted"], err
     assert "Traceback" not in err
-    written = stored_indexes(s3_prefix, s3_store_options)
+    written = stored_indexes(s3_prefix, s3_storage_options)
     assert 10 <= len(written) < count  # stopped part of the way
     for name, data in written.items():  # every file there is whole and valid
         assert len(ShardIndex.from_json(data, name)) == PER_SHARD
     assert main(["index", s3_prefix + "/", *flags, "--json", "--quiet"]) == 0
     report = report_of(capsys)
     assert report["kept"] == len(written) and report["written"] == count - len(written)
-    assert len(stored_indexes(s3_prefix, s3_store_options)) == count
+    assert len(stored_indexes(s3_prefix, s3_storage_options)) == count
 
 
 # -- the dataset's warning ---------------------------------------------------------------

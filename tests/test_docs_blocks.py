@@ -302,7 +302,7 @@ from aioload.sources import ObjectDataset, ShardDataset, decode_image, default_d
 options = credentials = same_options = json.loads(os.environ["DOCS_BUCKET_OPTIONS"])
 keys = [f"2024-{month:02d}/{i:05d}.jpg" for month in (1, 2) for i in range(16)]  # in images/
 urls = [f"s3://bucket/train-{i:06d}.tar" for i in range(100)]
-dataset = ShardDataset(urls, decode=default_decode, **options)
+dataset = ShardDataset(urls, decode=default_decode, storage_options=options)
 steps_per_epoch = 4
 
 
@@ -366,25 +366,27 @@ SETUPS = {
     "# 3 ranks over shards of 17, 3, 25, 1, 11, 8 and 14 samples": """
 os.environ.update(RANK="1", WORLD_SIZE="3")  # as torchrun sets them
 """,
-    "saved = json.dumps(loader.state_dict())            # mid-epoch": """
-loader = DataLoader(ShardDataset(urls, **same_options), batch_size=32, num_workers=2)
+    "saved = json.dumps(loader.state_dict())  # mid-epoch": """
+loader = DataLoader(ShardDataset(urls, storage_options=same_options), batch_size=32, num_workers=2)
 batches = iter(loader)
 next(batches)
 batches.close()  # the run that saved the state (the state stays mid-epoch)
 """,
     "retry=RetryPolicy(attempts=3, retry_on=is_transient)": """
-dataset = ObjectDataset("s3://bucket/images/", keys=keys, decode=decode_jpeg, **options)
+dataset = ObjectDataset(
+    "s3://bucket/images/", keys=keys, decode=decode_jpeg, storage_options=options
+)
 """,
     'states = [json.load(open(f"ckpt-rank{r}.json")) for r in range(old_world_size)]': """
 old_world_size = 2
 for r in range(old_world_size):
-    old = ShardDataset(urls, rank=r, world_size=old_world_size, **options)
+    old = ShardDataset(urls, rank=r, world_size=old_world_size, storage_options=options)
     old_loader = DataLoader(old, batch_size=32)
     for _ in zip(range(3), old_loader):
         pass
     with open(f"ckpt-rank{r}.json", "w") as file:
         json.dump(old_loader.state_dict(), file)
-dataset = ShardDataset(urls, **options)  # rank 0 of 1, the new job
+dataset = ShardDataset(urls, storage_options=options)  # rank 0 of 1, the new job
 loader = DataLoader(dataset, batch_size=32)
 """,
 }
@@ -448,7 +450,7 @@ async def upload(folder: Path, options: dict[str, Any]) -> None:
 
     from aioload.sources import open_store
 
-    store, _ = open_store("s3://bucket/", **options)
+    store, _ = open_store("s3://bucket/", storage_options=options)
     slots = asyncio.Semaphore(64)
 
     async def put(path: Path) -> None:
@@ -466,8 +468,8 @@ def docs_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     folder = tmp_path_factory.mktemp("bucket")
     write_bucket(folder)
     with SeaweedFS(bucket="bucket") as s3:
-        asyncio.run(upload(folder, s3.store_options))
-        yield s3.store_options
+        asyncio.run(upload(folder, s3.storage_options))
+        yield s3.storage_options
 
 
 # Defined for a block that names torch (after the page's preamble).
@@ -490,7 +492,7 @@ train = DataLoader(ArrayDataset(features, labels), batch_size=64, shuffle=True)
 
 # What the output of a block holding the key must hold.
 EXPECTED = {
-    "print(len(dataset), len(loader))   # 27 7 on every rank": "27 7",
+    "print(len(dataset), len(loader))  # 27 7 on every rank": "27 7",
     'print(f"data-bound {loader.stats().epoch.stall_fraction:.0%} of the epoch")': "data-bound",
 }
 

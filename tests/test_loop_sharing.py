@@ -72,20 +72,20 @@ def test_a_row_group_being_read_on_one_loop_is_read_on_another_too() -> None:
 
 @pytest.fixture(scope="module")
 def records_url(
-    tmp_path_factory: pytest.TempPathFactory, seaweedfs: Any, s3_store_options: dict[str, Any]
+    tmp_path_factory: pytest.TempPathFactory, seaweedfs: Any, s3_storage_options: dict[str, Any]
 ) -> str:
     folder = tmp_path_factory.mktemp("records")
     write_sources(folder)
     url = f"{seaweedfs.url}/loop-sharing"
-    upload(folder, url, s3_store_options)
+    upload(folder, url, s3_storage_options)
     return url
 
 
 @pytest.mark.parametrize("name", SOURCE_NAMES)
 def test_four_loaders_on_four_loops_read_one_instance_at_once(
-    name: str, records_url: str, s3_store_options: dict[str, Any], tmp_path: Path
+    name: str, records_url: str, s3_storage_options: dict[str, Any], tmp_path: Path
 ) -> None:
-    source = make_source(name, records_url, s3_store_options, tmp_path / "cache")
+    source = make_source(name, records_url, s3_storage_options, tmp_path / "cache")
     alone = read_alone(source)
     assert sorted(alone) == source.expected
     results = read_at_once(source)
@@ -95,9 +95,9 @@ def test_four_loaders_on_four_loops_read_one_instance_at_once(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_process_whose_sources_were_shared_exits_cleanly(
-    records_url: str, s3_store_options: dict[str, Any], tmp_path: Path
+    records_url: str, s3_storage_options: dict[str, Any], tmp_path: Path
 ) -> None:
-    settings = {"url": records_url, "options": s3_store_options, "cache": str(tmp_path)}
+    settings = {"url": records_url, "options": s3_storage_options, "cache": str(tmp_path)}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
         [sys.executable, str(SCRIPT), json.dumps(settings)],

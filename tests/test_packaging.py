@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email
 import re
 import subprocess
 import sys
@@ -167,6 +168,92 @@ def test_every_error_the_docs_name_is_importable_where_they_say() -> None:
         if not any(isinstance(error, type) and issubclass(error, Exception) for error in found):
             missing.append(f"{name} (from {' or '.join(homes)})")
     assert not missing, f"the docs name errors that do not import: {missing}"
+
+
+def _built_metadata(tmp_path: Path) -> Path:
+    """The ``.dist-info`` folder a wheel built from this checkout would hold (no wheel made).
+
+    The build backend (setuptools, which the ``test`` extra installs) runs in a child
+    process in the project's root, as ``pip wheel`` would run it; nothing is downloaded.
+    """
+    code = (
+        "import sys\n"
+        "from setuptools import build_meta\n"
+        "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tmp_path / done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.timeout(120)
+def test_the_version_is_one_string_everywhere(tmp_path: Path) -> None:
+    import importlib.metadata
+
+    import aioload
+
+    version = aioload.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\w+\d*)?", version), version
+    # the installed distribution (an editable install: rebuilt by `pip install -e .`)
+    assert importlib.metadata.version("aioload-data") == version
+    # what a wheel built from this checkout says
+    built = _built_metadata(tmp_path)
+    assert email.message_from_string((built / "METADATA").read_text())["Version"] == version
+    # what the command line says
+    done = subprocess.run(
+        [sys.executable, "-m", "aioload", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"aioload {version}"
+
+
+@pytest.mark.timeout(120)
+def test_the_licence_is_apache_2_and_ships_with_the_wheel(tmp_path: Path) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    built = _built_metadata(tmp_path)
+    metadata = email.message_from_string((built / "METADATA").read_text())
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    assert (built / "licenses" / "LICENSE").read_text() == text
+    urls = dict(url.split(", ", 1) for url in metadata.get_all("Project-URL") or [])
+    assert set(urls) == {"Homepage", "Documentation", "Changelog", "Issues"}
+
+
+def test_the_changelog_keeps_an_unreleased_section() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert "keepachangelog.com" in text  # the form it follows
+    headings = re.findall(r"^## \[([^\]]+)\]", text, flags=re.MULTILINE)
+    assert headings and headings[0] == "Unreleased", headings
+    sections = re.findall(r"^### (\w+)", text, flags=re.MULTILINE)
+    kinds = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    assert sections and set(sections) <= kinds, sections
+
+
+def test_the_s3_extra_holds_no_test_only_dependency() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in extras["s3"]]
+    assert names == ["obstore"]
+    # obstore before 1.0: bounded below its next minor version (see the comment in pyproject)
+    (obstore,) = extras["s3"]
+    assert re.search(r"<0\.\d+", obstore), obstore
+    assert any(r.startswith("aiohttp") for r in extras["test"])
+    assert any(r.startswith("aiohttp") for r in extras["demo"])
 
 
 @pytest.mark.timeout(60)

@@ -494,13 +494,13 @@ def test_store_bytes_are_counted_without_a_cache(server: ObjectServer, shard_fol
 
 
 def test_seaweedfs_shards_and_objects_through_the_cache(
-    s3_prefix: str, s3_store_options: dict[str, Any], shard_folder: Path, tmp_path: Path
+    s3_prefix: str, s3_storage_options: dict[str, Any], shard_folder: Path, tmp_path: Path
 ) -> None:
     import obstore
 
     from aioload.sources import open_store
 
-    store, prefix = open_store(s3_prefix, **s3_store_options)
+    store, prefix = open_store(s3_prefix, storage_options=s3_storage_options)
 
     async def upload() -> None:
         for path in sorted((shard_folder / "shards").iterdir()):
@@ -513,7 +513,7 @@ def test_seaweedfs_shards_and_objects_through_the_cache(
         decode=label,
         cache_dir=tmp_path,
         cache_limit="10MB",
-        **s3_store_options,
+        storage_options=s3_storage_options,
     )
     loader = DataLoader(dataset, batch_size=PER_SHARD, num_workers=2, collate_fn=list)
     for epoch in range(2):
@@ -523,7 +523,11 @@ def test_seaweedfs_shards_and_objects_through_the_cache(
         assert (stats.cache_hits, stats.cache_misses) == expected
         assert (stats.store_bytes > 0) == (epoch == 0)
     objects = ObjectDataset(
-        f"{s3_prefix}/objects/", ["a.npy"], decode={}, cache_dir=tmp_path, **s3_store_options
+        f"{s3_prefix}/objects/",
+        ["a.npy"],
+        decode={},
+        cache_dir=tmp_path,
+        storage_options=s3_storage_options,
     )
     for _ in range(2):
         assert asyncio.run(objects[0]).tolist() == [0, 1, 2, 3, 4]
@@ -670,7 +674,9 @@ def test_an_endpoint_from_the_environment_names_the_entry(
         for other in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT"):
             monkeypatch.delenv(other, raising=False)
         monkeypatch.setenv(name, endpoint)
-        dataset = ObjectDataset("s3://bucket/", ["x.bin"], skip_signature=True, cache_dir=tmp_path)
+        dataset = ObjectDataset(
+            "s3://bucket/", ["x.bin"], storage_options={"skip_signature": True}, cache_dir=tmp_path
+        )
         read.append(asyncio.run(dataset[0]))
     assert read == [b"A" * 100, b"B" * 100, b"A" * 100, b"B" * 100]
 
@@ -687,7 +693,9 @@ def test_the_azure_account_names_the_entry(
     for account, emulator in (("acct", first), ("other", first), ("acct", second)):
         monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", account)
         monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", emulator)
-        dataset = ObjectDataset("az://cont/", ["x.bin"], cache_dir=tmp_path, **options)
+        dataset = ObjectDataset(
+            "az://cont/", ["x.bin"], cache_dir=tmp_path, storage_options=options
+        )
         read.append(asyncio.run(dataset[0]))
     assert read == [b"A" * 100, b"a" * 100, b"B" * 100]
 

@@ -189,3 +189,50 @@ def test_objects_decode_by_their_key(tmp_path: Path) -> None:
     assert a == {"x": 1} and b.shape == (2, 3, 3) and c == b"\x01"
     with pytest.raises(DecodeError, match=r"field 'd\.json' of sample 'd\.json' in file://"):
         asyncio.run(dataset[3])
+
+
+def _user_decode(value: Any) -> tuple[str, Any, tuple[int, int]]:
+    """What a user's decoder does with an object's or a field's bytes."""
+    if isinstance(value, dict):  # a shard's sample: decode its fields
+        return "sample", json.loads(value["json"]), Image.open(io.BytesIO(value["png"])).size
+    return type(value).__name__, json.loads(value), (0, 0)
+
+
+def test_user_decoders_get_bytes_that_json_loads_and_pillow_read(tmp_path: Path) -> None:
+    png = encoded(gradient(6, 8), "PNG")
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / "a.json").write_text('{"label": 3}')
+    with ShardWriter(str(tmp_path / "shard-%d.tar"), maxcount=10) as writer:
+        writer.write({"__key__": "0000", "json": {"label": 3}, "png": png})
+    root = tmp_path.as_uri()
+    # a real tar shard: the sample's fields
+    shards = ShardDataset(root + "/shard-0.tar", decode=_user_decode)
+    assert list(DataLoader(shards, batch_size=None)) == [["sample", {"label": 3}, [8, 6]]]
+    # one object, read from the store, then from the cache (each may hand another buffer)
+    for cache in (None, tmp_path / "cache", tmp_path / "cache"):
+        objects = ObjectDataset(
+            root + "/objects/", ["a.json"], decode=_user_decode, cache_dir=cache
+        )
+        assert asyncio.run(objects["a.json"]) == ("bytes", {"label": 3}, (0, 0))
+        ranged = ObjectDataset(
+            root + "/objects/", ["a.json"], byte_range=(0, 12), decode=_user_decode
+        )
+        assert asyncio.run(ranged["a.json"]) == ("bytes", {"label": 3}, (0, 0))
+
+
+def test_a_handler_gets_bytes_whatever_buffer_the_field_holds() -> None:
+    seen = []
+
+    def as_json(data: bytes) -> Any:
+        seen.append(type(data))
+        return json.loads(data)
+
+    def size(data: bytes) -> tuple[int, int]:
+        seen.append(type(data))
+        return Image.open(io.BytesIO(data)).size
+
+    decode = Decoder({"json": as_json, "png": size})
+    png = bytearray(encoded(gradient(2, 3), "PNG"))
+    sample = {"__key__": "k", "json": memoryview(b'{"a": 1}'), "png": png}
+    assert decode(sample) == {"__key__": "k", "json": {"a": 1}, "png": (3, 2)}
+    assert seen == [bytes, bytes]

@@ -32,26 +32,30 @@ def read_all(dataset: Any, workers: int = 0, **options: Any) -> list[int]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_missing_key_names_url_and_key(
-    seaweedfs: Any, s3_store_options: dict[str, Any], workers: int
+    seaweedfs: Any, s3_storage_options: dict[str, Any], workers: int
 ) -> None:
-    dataset = ObjectDataset(seaweedfs.url + "/nothing-here/", ["a.bin"], **s3_store_options)
+    dataset = ObjectDataset(
+        seaweedfs.url + "/nothing-here/", ["a.bin"], storage_options=s3_storage_options
+    )
     with pytest.raises(FileNotFoundError, match=r"s3://aioload-tests/nothing-here/a\.bin"):
         list(DataLoader(dataset, num_workers=workers))
 
 
 @pytest.mark.asyncio
-async def test_missing_bucket_and_missing_shard(s3_store_options: dict[str, Any]) -> None:
+async def test_missing_bucket_and_missing_shard(s3_storage_options: dict[str, Any]) -> None:
     with pytest.raises(FileNotFoundError, match=r"s3://no-such-bucket/x\.bin"):
-        await ObjectDataset("s3://no-such-bucket/", **s3_store_options)["x.bin"]
-    shards = ShardDataset("s3://aioload-tests/none/shard-{0..1}.tar", **s3_store_options)
+        await ObjectDataset("s3://no-such-bucket/", storage_options=s3_storage_options)["x.bin"]
+    shards = ShardDataset(
+        "s3://aioload-tests/none/shard-{0..1}.tar", storage_options=s3_storage_options
+    )
     with pytest.raises(FileNotFoundError, match=r"s3://aioload-tests/none/shard-0\.tar"):
         [s async for s in shards]
 
 
 @pytest.mark.asyncio
-async def test_denied_fails_at_once(seaweedfs: Any, s3_store_options: dict[str, Any]) -> None:
-    wrong = {**s3_store_options, "secret_access_key": "not-the-secret"}
-    dataset = ObjectDataset(seaweedfs.url + "/x/", **wrong)
+async def test_denied_fails_at_once(seaweedfs: Any, s3_storage_options: dict[str, Any]) -> None:
+    wrong = {**s3_storage_options, "secret_access_key": "not-the-secret"}
+    dataset = ObjectDataset(seaweedfs.url + "/x/", storage_options=wrong)
     start = time.monotonic()
     with pytest.raises(PermissionError, match=r"s3://aioload-tests/x/a\.bin: access denied"):
         await dataset["a.bin"]
@@ -67,9 +71,11 @@ async def test_unreachable_endpoint() -> None:
         port = probe.getsockname()[1]
     dataset = ObjectDataset(
         "s3://bucket/",
-        endpoint=f"http://127.0.0.1:{port}",
-        skip_signature=True,
-        retry_config={"max_retries": 1},
+        storage_options={
+            "endpoint": f"http://127.0.0.1:{port}",
+            "skip_signature": True,
+            "retry_config": {"max_retries": 1},
+        },
     )
     with pytest.raises(ConnectionError, match=rf"s3://bucket/k\.bin: cannot reach.*{port}"):
         await dataset["k.bin"]
@@ -79,15 +85,15 @@ def test_bad_urls_and_options_fail_at_construction(no_cloud_env: None) -> None:
     with pytest.raises(ValueError, match="unsupported URL 'ftp://x/y'"):
         ObjectDataset("ftp://x/y")
     with pytest.raises(ValueError, match="names no bucket"):
-        ObjectDataset("s3:///key", skip_signature=True)
+        ObjectDataset("s3:///key", storage_options={"skip_signature": True})
     # No credentials: refused before any request (obstore would ask the cloud's
     # instance-metadata address).
-    with pytest.raises(ValueError, match=r"no credentials.*skip_signature=True"):
-        ObjectDataset("s3://bucket/prefix/", endpoint="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match=r"no credentials.*\{'skip_signature': True\}"):
+        ObjectDataset("s3://bucket/prefix/", storage_options={"endpoint": "http://127.0.0.1:9"})
     with pytest.raises(ValueError, match="no credentials"):
         ShardDataset("gs://bucket/a.tar")
     with pytest.raises(TypeError, match="not_an_option"):
-        open_store("s3://bucket", skip_signature=True, not_an_option=1)
+        open_store("s3://bucket", storage_options={"skip_signature": True, "not_an_option": 1})
     with pytest.raises(TypeError, match="str"):
         ObjectDataset("memory:///", keys="abc")
 
@@ -118,7 +124,10 @@ def test_loader_retry_policy_on_top(misbehaving: Any) -> None:
     misbehaving.configure(error_rate=0.3)
     # ... and with obstore's retries off, the loader's RetryPolicy with is_transient does.
     dataset = ObjectDataset(
-        misbehaving.url + "/objects", KEYS, decode=first_word, retry_config={"max_retries": 0}
+        misbehaving.url + "/objects",
+        KEYS,
+        decode=first_word,
+        storage_options={"retry_config": {"max_retries": 0}},
     )
     with pytest.raises(ConnectionError, match=r"HTTP 429"):
         read_all(dataset)
@@ -144,8 +153,7 @@ async def test_a_slow_server_times_out(misbehaving: Any) -> None:
     dataset = ObjectDataset(
         misbehaving.url + "/objects",
         KEYS,
-        client_options={"timeout": "50ms"},
-        retry_config={"max_retries": 1},
+        storage_options={"client_options": {"timeout": "50ms"}, "retry_config": {"max_retries": 1}},
     )
     with pytest.raises(TimeoutError, match=r"/objects/00001\.bin: timed out"):
         await dataset[1]

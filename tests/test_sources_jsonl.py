@@ -485,10 +485,8 @@ def test_transient_errors_are_retried_from_the_next_line(flaky: Any) -> None:
         f"{flaky.url}/plain/part-{i:03d}{SUFFIX[['none', 'gzip'][i % 2]]}"
         for i in range(len(SIZES))
     ]
-    options: dict[str, Any] = {
-        "retry_config": {"max_retries": 0}
-    }  # every 503 reaches the loader's policy
-    dataset = JsonLinesDataset(urls, decode=number, **options)
+    options: dict[str, Any] = {"retry_config": {"max_retries": 0}}  # 503s reach the policy
+    dataset = JsonLinesDataset(urls, decode=number, storage_options=options)
     patient = RetryPolicy(attempts=12, backoff=0.001, max_backoff=0.01)
     run = loader(dataset, retry=patient)
     assert flat(list(run)) == list(range(TOTAL))
@@ -723,7 +721,7 @@ def test_the_cache_serves_the_second_epoch(served: Any, tmp_path: Path) -> None:
 
 
 def test_reads_and_resumes_over_s3(
-    tmp_path: Path, seaweedfs: Any, s3_store_options: dict[str, Any], s3_prefix: str
+    tmp_path: Path, seaweedfs: Any, s3_storage_options: dict[str, Any], s3_prefix: str
 ) -> None:
     import obstore
 
@@ -731,7 +729,7 @@ def test_reads_and_resumes_over_s3(
 
     kinds = ["none", "gzip"]
     local = write_files(tmp_path, kinds)
-    store, prefix = open_store(s3_prefix, **s3_store_options)
+    store, prefix = open_store(s3_prefix, storage_options=s3_storage_options)
 
     async def upload() -> None:
         for url in local:
@@ -740,7 +738,11 @@ def test_reads_and_resumes_over_s3(
 
     asyncio.run(upload())
     urls = [f"{s3_prefix}/{url.rpartition('/')[2]}" for url in local]
-    options: dict[str, Any] = {"shuffle_buffer": 4, "files_in_flight": 2, **s3_store_options}
+    options: dict[str, Any] = {
+        "shuffle_buffer": 4,
+        "files_in_flight": 2,
+        "storage_options": s3_storage_options,
+    }
     full = flat(list(loader(JsonLinesDataset(urls, decode=number, **options))))
     assert sorted(full) == list(range(TOTAL))
     taken, state = stop_after(loader(JsonLinesDataset(urls, decode=number, **options)), 4)

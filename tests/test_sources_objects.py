@@ -28,7 +28,7 @@ def first_word(data: Any) -> np.ndarray:
 
 
 async def put_objects(url: str, options: dict[str, Any], keys: list[str]) -> None:
-    store, prefix = open_store(url, **options)
+    store, prefix = open_store(url, storage_options=options)
     await asyncio.gather(
         *(
             obstore.put_async(store, f"{prefix}/{key}", object_bytes(i))
@@ -39,29 +39,29 @@ async def put_objects(url: str, options: dict[str, Any], keys: list[str]) -> Non
 
 @pytest.mark.asyncio
 async def test_keys_given_through_loader_in_order(
-    s3_prefix: str, s3_store_options: dict[str, Any]
+    s3_prefix: str, s3_storage_options: dict[str, Any]
 ) -> None:
     keys = [f"img/{i:04d}.bin" for i in range(40)]
-    await put_objects(s3_prefix, s3_store_options, keys)
-    dataset = ObjectDataset(s3_prefix, keys, decode=first_word, **s3_store_options)
+    await put_objects(s3_prefix, s3_storage_options, keys)
+    dataset = ObjectDataset(s3_prefix, keys, decode=first_word, storage_options=s3_storage_options)
     assert len(dataset) == 40
     loader = DataLoader(dataset, batch_size=16)
     batches = [batch async for batch in loader]
     assert [len(b) for b in batches] == [16, 16, 8]
     assert np.concatenate(batches).ravel().tolist() == list(range(40))
     # Without decode an item is the object's bytes; a str key reads that object.
-    raw = ObjectDataset(s3_prefix, keys, **s3_store_options)
+    raw = ObjectDataset(s3_prefix, keys, storage_options=s3_storage_options)
     assert await raw["img/0003.bin"] == object_bytes(3)
     assert await raw[3] == object_bytes(3)
 
 
 @pytest.mark.asyncio
 async def test_listing_is_an_async_sampler_with_prefix(
-    s3_prefix: str, s3_store_options: dict[str, Any]
+    s3_prefix: str, s3_storage_options: dict[str, Any]
 ) -> None:
     keys = [f"a/{i:03d}.bin" for i in range(25)] + ["b/000.bin", "ab/000.bin"]
-    await put_objects(s3_prefix, s3_store_options, keys)
-    dataset = ObjectDataset(s3_prefix + "/", prefix="a/", **s3_store_options)
+    await put_objects(s3_prefix, s3_storage_options, keys)
+    dataset = ObjectDataset(s3_prefix + "/", prefix="a/", storage_options=s3_storage_options)
     listing = dataset.listing(chunk_size=7)
     assert isinstance(listing, ObjectListing)
     assert await listing.collect() == keys[:25]
@@ -75,11 +75,11 @@ async def test_listing_is_an_async_sampler_with_prefix(
 
 
 def test_listing_sampler_with_worker_processes(
-    s3_prefix: str, s3_store_options: dict[str, Any]
+    s3_prefix: str, s3_storage_options: dict[str, Any]
 ) -> None:
     keys = [f"{i:04d}.bin" for i in range(60)]
-    asyncio.run(put_objects(s3_prefix, s3_store_options, keys))
-    dataset = ObjectDataset(s3_prefix, decode=decode_number, **s3_store_options)
+    asyncio.run(put_objects(s3_prefix, s3_storage_options, keys))
+    dataset = ObjectDataset(s3_prefix, decode=decode_number, storage_options=s3_storage_options)
     loader = DataLoader(
         dataset, sampler=dataset.listing(), batch_size=8, num_workers=2, collate_fn=list
     )
@@ -165,15 +165,15 @@ async def test_store_object_and_memory_store() -> None:
 
 
 def test_credentials_from_the_environment_reach_the_workers(
-    s3_prefix: str, s3_store_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    s3_prefix: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = [f"{i:04d}.bin" for i in range(16)]
-    asyncio.run(put_objects(s3_prefix, s3_store_options, keys))
+    asyncio.run(put_objects(s3_prefix, s3_storage_options, keys))
     # Set after the fork server may have started: the workers still see them.
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_store_options["access_key_id"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_store_options["secret_access_key"])
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_store_options["endpoint"])
-    monkeypatch.setenv("AWS_REGION", s3_store_options["region"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_storage_options["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_storage_options["secret_access_key"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_storage_options["endpoint"])
+    monkeypatch.setenv("AWS_REGION", s3_storage_options["region"])
     dataset = ObjectDataset(s3_prefix, keys, decode=decode_number)
     loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=list)
     assert sorted(number for batch in loader for number, _ in batch) == list(range(16))

@@ -580,7 +580,7 @@ def test_state_is_small_json(prefix: str) -> None:
 
 
 def test_the_local_cache_serves_the_second_epoch_from_disk(
-    tmp_path: Path, seaweedfs: Any, s3_store_options: dict[str, Any], s3_prefix: str
+    tmp_path: Path, seaweedfs: Any, s3_storage_options: dict[str, Any], s3_prefix: str
 ) -> None:
     import obstore
 
@@ -589,14 +589,14 @@ def test_the_local_cache_serves_the_second_epoch_from_disk(
     paths = write_files(tmp_path / "files")
 
     async def upload() -> None:
-        store, root = open_store(s3_prefix + "/", **s3_store_options)
+        store, root = open_store(s3_prefix + "/", storage_options=s3_storage_options)
         for path in paths:
             await obstore.put_async(store, f"{root}{path.name}", path.read_bytes())
 
     asyncio.run(upload())
     url = s3_prefix + "/"
     cache = tmp_path / "cache"
-    data = stream(url, cache_dir=cache, **s3_store_options)
+    data = stream(url, cache_dir=cache, storage_options=s3_storage_options)
     assert len(list(data.files.load_blocking().urls)) == 3
     loader = run(data, 0)
     assert ids(list(loader)) == list(range(TOTAL))
@@ -606,7 +606,7 @@ def test_the_local_cache_serves_the_second_epoch_from_disk(
     second = loader.stats().epoch
     assert second.store_bytes == 0 and second.cache_hits > 0
     # A new dataset over the same cache (another process, another run) reads nothing.
-    again = stream(url, cache_dir=cache, **s3_store_options)
+    again = stream(url, cache_dir=cache, storage_options=s3_storage_options)
     loader = run(again, 0)
     assert ids(list(loader)) == list(range(TOTAL))
     assert loader.stats().epoch.store_bytes == 0

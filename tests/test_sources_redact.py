@@ -81,7 +81,10 @@ def test_store_errors_hide_the_password(no_cloud_env: None) -> None:
     cases: list[tuple[type[Exception], Any]] = [
         (ValueError, lambda: open_store(f"ftp://u:{SECRET}@host/x")),
         (ValueError, lambda: open_store(f"file://u:{SECRET}@host/x")),
-        (TypeError, lambda: open_store(f"http://u:{SECRET}@127.0.0.1:9/x", region="x")),
+        (
+            TypeError,
+            lambda: open_store(f"http://u:{SECRET}@127.0.0.1:9/x", storage_options={"region": "x"}),
+        ),
         (ValueError, lambda: ObjectDataset(f"s3://u:{SECRET}@bucket/x/")),  # no credentials
         (ValueError, lambda: ShardDataset(f"http://u:{SECRET}@127.0.0.1:9/folder/")),
         (ValueError, lambda: expand_urls(f"http://u:{SECRET}@127.0.0.1:9/a-{{5..1.tar")),
@@ -100,9 +103,11 @@ async def test_an_endpoint_with_a_password_is_hidden_in_errors() -> None:
         port = probe.getsockname()[1]
     dataset = ObjectDataset(
         "s3://bucket/",
-        endpoint=f"http://key:{SECRET}@127.0.0.1:{port}",
-        skip_signature=True,
-        retry_config={"max_retries": 1},
+        storage_options={
+            "endpoint": f"http://key:{SECRET}@127.0.0.1:{port}",
+            "skip_signature": True,
+            "retry_config": {"max_retries": 1},
+        },
     )
     with pytest.raises(ConnectionError, match=r"s3://bucket/k\.bin: cannot reach") as caught:
         await dataset["k.bin"]

@@ -32,9 +32,9 @@ def numbers(loader: DataLoader) -> list[int]:
 
 
 @pytest.fixture
-def listed(s3_prefix: str, s3_store_options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    asyncio.run(put_objects(s3_prefix, s3_store_options, KEYS))
-    return s3_prefix, s3_store_options
+def listed(s3_prefix: str, s3_storage_options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    asyncio.run(put_objects(s3_prefix, s3_storage_options, KEYS))
+    return s3_prefix, s3_storage_options
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -42,7 +42,7 @@ def test_a_loader_over_a_dataset_without_keys_lists_it(
     listed: tuple[str, dict[str, Any]], workers: int
 ) -> None:
     url, options = listed
-    dataset = ObjectDataset(url, decode=number, **options)
+    dataset = ObjectDataset(url, decode=number, storage_options=options)
     loader = DataLoader(dataset, batch_size=8, num_workers=workers, collate_fn=list)
     assert isinstance(loader.sampler, ObjectListing)
     assert numbers(loader) == list(range(45))  # the store's (lexicographic) order
@@ -57,7 +57,7 @@ def test_shuffle_collects_the_listing_and_reshuffles_every_epoch(
     listed: tuple[str, dict[str, Any]], workers: int
 ) -> None:
     url, options = listed
-    dataset = ObjectDataset(url, decode=decode_number, **options)
+    dataset = ObjectDataset(url, decode=decode_number, storage_options=options)
     loader = DataLoader(
         dataset, batch_size=8, shuffle=True, generator=7, num_workers=workers, collate_fn=list
     )
@@ -82,7 +82,7 @@ def test_a_self_listed_loader_resumes_its_epoch(
     url, options = listed
 
     def loader() -> DataLoader:
-        dataset = ObjectDataset(url, decode=number, **options)
+        dataset = ObjectDataset(url, decode=number, storage_options=options)
         return DataLoader(
             dataset, batch_size=4, shuffle=shuffle, generator=generator, collate_fn=list
         )
@@ -108,7 +108,7 @@ def test_a_shuffled_resume_refuses_a_listing_that_changed(
     url, options = listed
 
     def loader() -> DataLoader:
-        dataset = ObjectDataset(url, decode=number, **options)
+        dataset = ObjectDataset(url, decode=number, storage_options=options)
         return DataLoader(dataset, batch_size=4, shuffle=True, generator=3, collate_fn=list)
 
     original = loader()

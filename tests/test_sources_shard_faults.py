@@ -240,7 +240,7 @@ def test_transient_store_errors_are_retried_with_the_policy(
     # obstore's own retries off: every 503 reaches the loader's policy.
     options = {"retry_config": {"max_retries": 0}}
     extra = FORKSERVER if workers else {}
-    dataset = ShardDataset(urls(flaky.url, "good", "g"), decode=label, **options)
+    dataset = ShardDataset(urls(flaky.url, "good", "g"), decode=label, storage_options=options)
     patient = RetryPolicy(attempts=12, backoff=0.001, max_backoff=0.01)
     loader = DataLoader(dataset, batch_size=5, num_workers=workers, retry=patient, **extra)
     assert sorted(labels(loader)) == list(range(SHARDS * PER_SHARD))
@@ -281,9 +281,9 @@ def test_a_run_that_fails_mid_stream_is_read_again_from_its_first_sample_not_del
 
 
 @pytest.fixture(scope="module")
-def s3_shards(shard_folder: Path, seaweedfs: Any, s3_store_options: dict[str, Any]) -> str:
+def s3_shards(shard_folder: Path, seaweedfs: Any, s3_storage_options: dict[str, Any]) -> str:
     """bad/ and cut/ in SeaweedFS; the URL of the folder."""
-    store, _ = open_store(seaweedfs.url, **s3_store_options)
+    store, _ = open_store(seaweedfs.url, storage_options=s3_storage_options)
     files = [*sorted((shard_folder / "bad").iterdir()), *sorted((shard_folder / "cut").iterdir())]
 
     async def upload() -> None:
@@ -302,11 +302,11 @@ def s3_shards(shard_folder: Path, seaweedfs: Any, s3_store_options: dict[str, An
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_skips_against_seaweedfs(
-    s3_shards: str, s3_store_options: dict[str, Any], workers: int
+    s3_shards: str, s3_storage_options: dict[str, Any], workers: int
 ) -> None:
     shards = [*urls(s3_shards, "bad", "b")[:3], f"{s3_shards}/bad/missing.tar"]
     shards += urls(s3_shards, "cut", "c")[CUT_SHARD:]
-    dataset = ShardDataset(shards, decode=label, **s3_store_options)
+    dataset = ShardDataset(shards, decode=label, storage_options=s3_storage_options)
     extra = FORKSERVER if workers else {}
     loader = DataLoader(
         dataset, batch_size=4, num_workers=workers, retry=FAST, on_error="skip", **extra
@@ -349,7 +349,7 @@ def test_a_mix_of_shard_streams_leaves_holes_where_samples_fail(
 
 
 def test_a_mix_over_seaweedfs_yields_what_the_same_mix_over_http_yields(
-    server: ObjectServer, s3_shards: str, s3_store_options: dict[str, Any]
+    server: ObjectServer, s3_shards: str, s3_storage_options: dict[str, Any]
 ) -> None:
     # The mix's sequence is a function of its seed alone: the same shards behind another
     # store (the real S3 server) give the same samples in the same order, the same skips.
@@ -362,7 +362,7 @@ def test_a_mix_over_seaweedfs_yields_what_the_same_mix_over_http_yields(
         return got, sorted(item.key.rpartition("/")[2] for item in loader.skipped)
 
     over_http = mixed(server.url)
-    over_s3 = mixed(s3_shards, **s3_store_options)
+    over_s3 = mixed(s3_shards, storage_options=s3_storage_options)
     assert over_s3 == over_http
     assert sorted(over_s3[0]) == sorted(set(range(len(over_s3[0]) + len(CORRUPT))) - CORRUPT)
 

@@ -214,7 +214,7 @@ def test_a_corrupted_state_is_refused_clearly(value: Any, field: str) -> None:
 
 
 def test_exact_resume_over_s3(
-    tmp_path: Path, seaweedfs: Any, s3_store_options: dict[str, Any]
+    tmp_path: Path, seaweedfs: Any, s3_storage_options: dict[str, Any]
 ) -> None:
     import obstore
 
@@ -223,14 +223,19 @@ def test_exact_resume_over_s3(
     write_shards(tmp_path)
 
     async def upload() -> None:
-        store, _ = open_store(seaweedfs.url, **s3_store_options)
+        store, _ = open_store(seaweedfs.url, storage_options=s3_storage_options)
         for path in sorted(tmp_path.iterdir()):
             await obstore.put_async(store, f"resume/{path.name}", path.read_bytes())
 
     asyncio.run(upload())
     url = f"{seaweedfs.url}/resume/{PATTERN}"
     for split in ("shards", "samples"):
-        options = {"split": split, "shards_in_flight": 2, "shuffle_buffer": 4, **s3_store_options}
+        options = {
+            "split": split,
+            "shards_in_flight": 2,
+            "shuffle_buffer": 4,
+            "storage_options": s3_storage_options,
+        }
         full = flat(list(loader(dataset(url, **options), 2)))
         taken, state = stop_after(loader(dataset(url, **options), 2), 4)
         assert taken + flat(list(_resumed(dataset(url, **options), 2, True, state))) == full

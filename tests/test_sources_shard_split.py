@@ -72,19 +72,19 @@ def http_shards(object_folder: Path, object_server: Any) -> str:
 
 @pytest.fixture(scope="module")
 def s3_shards(
-    tmp_path_factory: pytest.TempPathFactory, seaweedfs: Any, s3_store_options: dict[str, Any]
+    tmp_path_factory: pytest.TempPathFactory, seaweedfs: Any, s3_storage_options: dict[str, Any]
 ) -> str:
     """The same shards and indexes uploaded to SeaweedFS."""
     folder = tmp_path_factory.mktemp("split")
     paths = write_shards(folder)
-    asyncio.run(upload(seaweedfs.url, s3_store_options, "split", paths, index=True))
+    asyncio.run(upload(seaweedfs.url, s3_storage_options, "split", paths, index=True))
     return f"{seaweedfs.url}/split/part-{{000..{len(SIZES) - 1:03d}}}.tar"
 
 
 async def upload(
     url: str, options: dict[str, Any], prefix: str, paths: list[Path], *, index: bool
 ) -> None:
-    store, _ = open_store(url, **options)
+    store, _ = open_store(url, storage_options=options)
     files = [*paths, *([Path(f"{p}{INDEX_SUFFIX}") for p in paths] if index else [])]
     await asyncio.gather(
         *(obstore.put_async(store, f"{prefix}/{p.name}", p.read_bytes()) for p in files)
@@ -154,9 +154,9 @@ def test_equal_steps_on_every_rank_over_http(
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_equal_steps_on_every_rank_over_s3(
-    s3_shards: str, s3_store_options: dict[str, Any], workers: int
+    s3_shards: str, s3_storage_options: dict[str, Any], workers: int
 ) -> None:
-    check_ranks(run_ranks(s3_shards, workers, False, **s3_store_options), False)
+    check_ranks(run_ranks(s3_shards, workers, False, storage_options=s3_storage_options), False)
 
 
 def test_ranks_take_contiguous_runs_cut_at_samples(http_shards: str) -> None:
@@ -301,28 +301,28 @@ def test_a_damaged_index_file_is_refused(copied_shards: Path, object_server: Any
 async def test_write_indexes_puts_built_indexes_beside_their_shards(
     tmp_path: Path,
     s3_prefix: str,
-    s3_store_options: dict[str, Any],
+    s3_storage_options: dict[str, Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     paths = write_shards(tmp_path, [5, 9, 2])
     prefix = s3_prefix.rsplit("/", 1)[1]
-    await upload(s3_prefix.rsplit("/", 1)[0], s3_store_options, prefix, paths, index=False)
+    await upload(s3_prefix.rsplit("/", 1)[0], s3_storage_options, prefix, paths, index=False)
     url = f"{s3_prefix}/part-{{000..002}}.tar"
-    dataset = ShardDataset(url, rank=1, world_size=2, **s3_store_options)
+    dataset = ShardDataset(url, rank=1, world_size=2, storage_options=s3_storage_options)
     with caplog.at_level(logging.WARNING, logger="aioload"):
         written = await dataset.write_indexes()
     assert written == [f"{u}{INDEX_SUFFIX}" for u in dataset.urls]
     assert "have no index file" not in caplog.text  # write_indexes builds them on purpose
     assert await dataset.write_indexes() == []  # all there now
     # Loaded first (built, with a warning), then written without reading the shards again.
-    loaded = ShardDataset(url, rank=1, world_size=2, **s3_store_options)
-    store, _ = open_store(s3_prefix, **s3_store_options)
+    loaded = ShardDataset(url, rank=1, world_size=2, storage_options=s3_storage_options)
+    store, _ = open_store(s3_prefix, storage_options=s3_storage_options)
     await obstore.delete_async(store, f"{prefix}/part-001.tar{INDEX_SUFFIX}")
     with caplog.at_level(logging.WARNING, logger="aioload"):
         assert len(await loaded.load_indexes()) == 3
     assert "1 of 3 shards have no index file" in caplog.text
     assert await loaded.write_indexes() == [f"{dataset.urls[1]}{INDEX_SUFFIX}"]
-    again = ShardDataset(url, rank=1, world_size=2, **s3_store_options)
+    again = ShardDataset(url, rank=1, world_size=2, storage_options=s3_storage_options)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="aioload"):
         assert await again.load_indexes() == dataset.indexes()

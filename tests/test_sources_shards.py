@@ -52,7 +52,7 @@ def check_label(raw: dict[str, Any]) -> tuple[str, int]:
 
 @pytest.fixture(scope="module")
 def shard_urls(
-    tmp_path_factory: pytest.TempPathFactory, seaweedfs: Any, s3_store_options: dict[str, Any]
+    tmp_path_factory: pytest.TempPathFactory, seaweedfs: Any, s3_storage_options: dict[str, Any]
 ) -> str:
     """8 shards of 15 samples in SeaweedFS; the brace pattern that names them."""
     folder = tmp_path_factory.mktemp("shards")
@@ -60,7 +60,7 @@ def shard_urls(
         for i in range(SAMPLES):
             writer.write(sample(i))
     assert len(writer.shards) == SAMPLES // PER_SHARD
-    store, _ = open_store(seaweedfs.url, **s3_store_options)
+    store, _ = open_store(seaweedfs.url, storage_options=s3_storage_options)
 
     async def upload() -> None:
         await asyncio.gather(
@@ -80,18 +80,20 @@ def labels(loader: DataLoader) -> list[int]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_sample_once_per_epoch(
-    shard_urls: str, s3_store_options: dict[str, Any], workers: int
+    shard_urls: str, s3_storage_options: dict[str, Any], workers: int
 ) -> None:
-    dataset = ShardDataset(shard_urls, decode=check_label, **s3_store_options)
+    dataset = ShardDataset(shard_urls, decode=check_label, storage_options=s3_storage_options)
     loader = DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=list)
     assert sorted(labels(loader)) == list(range(SAMPLES))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shards_in_flight_take_samples_in_turn(
-    shard_urls: str, s3_store_options: dict[str, Any], workers: int
+    shard_urls: str, s3_storage_options: dict[str, Any], workers: int
 ) -> None:
-    dataset = ShardDataset(shard_urls, decode=check_label, shards_in_flight=3, **s3_store_options)
+    dataset = ShardDataset(
+        shard_urls, decode=check_label, shards_in_flight=3, storage_options=s3_storage_options
+    )
     loader = DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=list)
     first = labels(loader)
     assert sorted(first) == list(range(SAMPLES))
@@ -104,11 +106,13 @@ def test_shards_in_flight_take_samples_in_turn(
 
 
 def test_shards_in_flight_raise_a_failed_shard_in_its_place(
-    shard_urls: str, s3_store_options: dict[str, Any]
+    shard_urls: str, s3_storage_options: dict[str, Any]
 ) -> None:
     urls = expand_urls(shard_urls)
     urls.insert(2, urls[0].replace("train-0000", "missing"))
-    dataset = ShardDataset(urls, decode=check_label, shards_in_flight=2, **s3_store_options)
+    dataset = ShardDataset(
+        urls, decode=check_label, shards_in_flight=2, storage_options=s3_storage_options
+    )
     seen: list[int] = []
     with pytest.raises(FileNotFoundError, match=r"missing\.tar"):
         for batch in DataLoader(dataset, batch_size=1, collate_fn=list):
@@ -116,11 +120,11 @@ def test_shards_in_flight_raise_a_failed_shard_in_its_place(
     # Shards 0 and 1 in turn, until the missing shard's turn.
     assert seen[:2] == [0, 15]
     with pytest.raises(ValueError, match="shards_in_flight"):
-        ShardDataset(urls, shards_in_flight=0, **s3_store_options)
+        ShardDataset(urls, shards_in_flight=0, storage_options=s3_storage_options)
 
 
 def test_two_ranks_split_the_shards(
-    shard_urls: str, s3_store_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    shard_urls: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[int] = []
     for rank in range(2):
@@ -128,7 +132,7 @@ def test_two_ranks_split_the_shards(
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
         dataset = ShardDataset(
-            shard_urls, decode=check_label, shuffle_shards=True, **s3_store_options
+            shard_urls, decode=check_label, shuffle_shards=True, storage_options=s3_storage_options
         )
         assert (dataset.rank, dataset.world_size) == (rank, 2)
         dataset.set_epoch(3)
@@ -140,7 +144,7 @@ def test_two_ranks_split_the_shards(
 
 @pytest.mark.asyncio
 async def test_shuffles_are_seeded_per_epoch(
-    shard_urls: str, s3_store_options: dict[str, Any]
+    shard_urls: str, s3_storage_options: dict[str, Any]
 ) -> None:
     def dataset(seed: int) -> ShardDataset:
         return ShardDataset(
@@ -149,7 +153,7 @@ async def test_shuffles_are_seeded_per_epoch(
             shuffle_buffer=20,
             seed=seed,
             decode=check_label,
-            **s3_store_options,
+            storage_options=s3_storage_options,
         )
 
     async def epoch(data: ShardDataset, number: int) -> list[int]:
@@ -167,8 +171,10 @@ async def test_shuffles_are_seeded_per_epoch(
 
 
 @pytest.mark.asyncio
-async def test_resampled_is_endless(shard_urls: str, s3_store_options: dict[str, Any]) -> None:
-    dataset = ShardDataset(shard_urls, resampled=True, decode=check_label, **s3_store_options)
+async def test_resampled_is_endless(shard_urls: str, s3_storage_options: dict[str, Any]) -> None:
+    dataset = ShardDataset(
+        shard_urls, resampled=True, decode=check_label, storage_options=s3_storage_options
+    )
     counts: collections.Counter[int] = collections.Counter()
     async for _, label in dataset:
         counts[label] += 1

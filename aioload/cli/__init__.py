@@ -13,6 +13,8 @@ Commands:
   shards (those other tools wrote), in parallel, resumable, so that ranks split
   them by samples without reading every shard whole.
 
+``aioload --version`` prints the installed version.
+
 Exit codes (:data:`EXIT_CODES`): 0 success; 1 an unexpected failure; 2 bad
 arguments (a malformed URL, missing credentials, an unknown option); 3 access
 denied; 4 nothing found (a missing object, an empty prefix); 5 the endpoint
@@ -44,6 +46,7 @@ from typing import Any
 
 from aioload.eventloop import new_event_loop
 from aioload.urls import redact_url
+from aioload.version import __version__
 
 __all__ = ["EXIT_CODES", "CommandError", "main", "run_async"]
 
@@ -164,6 +167,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_traceback_option(parser, command=False)
+    parser.add_argument(
+        "--version", action="version", version=f"aioload {__version__}", help="show the version"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     from aioload.cli import demo, index, stream  # they import the optional extras lazily

@@ -139,7 +139,7 @@ def run(arguments: argparse.Namespace) -> int:
                 shards,
                 overwrite=arguments.overwrite,
                 concurrency=concurrency or DEFAULT_CONCURRENCY,
-                store_options=options,
+                storage_options=options,
                 on_done=done,
             )
         )

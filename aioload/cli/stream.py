@@ -137,10 +137,10 @@ def run(arguments: argparse.Namespace) -> int:
     dataset: Any
     sampler: Any = None
     if shards is not None:
-        dataset = ShardDataset(shards, decode=sample_size, **options)
+        dataset = ShardDataset(shards, decode=sample_size, storage_options=options)
         what = f"{len(shards)} tar shard{'s' if len(shards) != 1 else ''}"
     else:
-        objects = ObjectDataset(url, **options)
+        objects = ObjectDataset(url, storage_options=options)
         dataset = TimedObjects(objects)
         sampler = _Limited(objects.listing(), arguments.limit)
         what = "objects"
@@ -176,7 +176,7 @@ def _list_shards(url: str, options: dict[str, Any]) -> list[str]:
     from aioload.sources import ObjectDataset
 
     base = _prefix(url)
-    keys = asyncio.run(ObjectDataset(base, **options).listing().collect())
+    keys = asyncio.run(ObjectDataset(base, storage_options=options).listing().collect())
     shards = [base + key for key in keys if key.endswith(".tar")]
     if not shards:
         raise CommandError(f"no .tar shards under {redact_url(base)}", 4)
@@ -194,7 +194,7 @@ def _only_shards(url: str, options: dict[str, Any]) -> list[str] | None:
 
     async def shards() -> list[str] | None:
         found = []
-        async for key in ObjectDataset(base, **options).listing():
+        async for key in ObjectDataset(base, storage_options=options).listing():
             if not key.endswith(".tar"):
                 return None
             found.append(base + key)

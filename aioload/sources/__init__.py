@@ -6,26 +6,30 @@ Built on obstore (``pip install 'aioload-data[s3]'``)::
     from aioload.sources import ObjectDataset, ShardDataset, default_decode
 
     # one object per sample, keys listed as they are read (the dataset offers its listing)
-    images = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **credentials)
+    options = {"endpoint": "https://...", "region": "..."}   # the store's options, if any
+    images = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, storage_options=options)
     loader = DataLoader(images, batch_size=32)
 
     # WebDataset-style tar shards, streamed, split by rank (equal steps) and worker, kept on
     # local disk
     shards = ShardDataset("s3://bucket/train-{000000..000099}.tar", decode=default_decode,
                           shuffle_shards=True, shuffle_buffer=1000,
-                          cache_dir="/scratch/cache", cache_limit="50GB", **credentials)
+                          cache_dir="/scratch/cache", cache_limit="50GB",
+                          storage_options=options)
     loader = DataLoader(shards, batch_size=32, num_workers=2)
 
     # Parquet rows: map-style by global row (any sampler), or streamed by row group
     # (pip install 'aioload-data[parquet]')
-    table = ParquetDataset("s3://bucket/table/", columns=["text", "label"], **credentials)
+    table = ParquetDataset("s3://bucket/table/", columns=["text", "label"],
+                           storage_options=options)
     loader = DataLoader(table, batch_size=256, shuffle=True, num_workers=2)
-    stream = IterableParquetDataset("s3://bucket/table/", shuffle_buffer=10_000, **credentials)
+    stream = IterableParquetDataset("s3://bucket/table/", shuffle_buffer=10_000,
+                                    storage_options=options)
 
     # JSON-lines files (.jsonl, .jsonl.gz, .jsonl.zst), streamed line by line, split by rank
     # and worker; a line that does not parse is skipped alone under on_error="skip"
     rows = JsonLinesDataset("s3://bucket/chat-{0000..0099}.jsonl.gz", shuffle_buffer=10_000,
-                            **credentials)
+                            storage_options=options)
     loader = DataLoader(rows, batch_size=32, collate_fn=list, on_error="skip")
 
     # several streams mixed by weight, reproducibly (seed, epoch, worker)
@@ -150,7 +154,7 @@ def __getattr__(name: str) -> Any:
             import aiohttp  # noqa: F401
         except ImportError as error:
             raise ImportError(
-                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload-data[s3]'"
+                "aioload.sources.ObjectServer needs aiohttp: pip install 'aioload-data[demo]'"
             ) from error
         from aioload.testing.object_server import ObjectServer
 

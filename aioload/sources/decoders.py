@@ -23,9 +23,11 @@ The defaults, by extension (the part of the field after its last dot, any case):
 =============================  ====================================================
 
 Other fields stay bytes, and so do ``__key__``-like fields (starting with
-``__``) and values that are not bytes. A field that fails to decode raises
-:class:`DecodeError`, naming the sample's key, the field and the shard's
-URL; a missing Pillow raises ``ImportError`` naming the extra to install.
+``__``) and values that are not bytes. A handler always receives ``bytes`` (a
+``memoryview`` or ``bytearray`` field is copied into one first), so ``json.loads(data)``
+and ``PIL.Image.open(io.BytesIO(data))`` work in a handler of your own. A field that
+fails to decode raises :class:`DecodeError`, naming the sample's key, the field and the
+shard's URL; a missing Pillow raises ``ImportError`` naming the extra to install.
 """
 
 from __future__ import annotations
@@ -240,6 +242,8 @@ class Decoder:
         handler = self.handler(field)
         if handler is None:
             return value
+        if isinstance(value, bytearray | memoryview):
+            value = bytes(value)  # a handler's contract: bytes, which json.loads too accepts
         try:
             return handler(value)
         except ImportError as error:  # a missing package (Pillow): its own type, not bad data

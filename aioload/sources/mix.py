@@ -138,8 +138,10 @@ class MixDataset(IterableDataset[Any]):
         >>> sorted(MixDataset([[1, 1], [2]], [1, 1], stop="longest"))   # all of both
         [1, 1, 2]
 
-        web = ShardDataset("s3://bucket/web-{0000..0999}.tar", decode=default_decode, **options)
-        books = ShardDataset("s3://bucket/books-{000..099}.tar", decode=default_decode, **options)
+        web = ShardDataset("s3://bucket/web-{0000..0999}.tar", decode=default_decode,
+                           storage_options=options)
+        books = ShardDataset("s3://bucket/books-{000..099}.tar", decode=default_decode,
+                             storage_options=options)
         mix = MixDataset([web, books], [0.7, 0.3], seed=0, stop="never")
         loader = DataLoader(mix, batch_size=32, num_workers=4)
     """

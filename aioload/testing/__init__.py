@@ -25,7 +25,7 @@ Example::
         server.stats()  # {'requests': ..., 'errors': ..., 'bytes': ...}
 
     with SeaweedFS(bucket="data") as s3:
-        dataset = ObjectDataset(s3.url + "/train/", keys=keys, **s3.store_options)
+        dataset = ObjectDataset(s3.url + "/train/", keys=keys, storage_options=s3.storage_options)
 
 ``aioload.sources.ObjectServer`` and ``aioload.sources.SeaweedFS`` are the same classes.
 A leaf: it imports nothing else of aioload.

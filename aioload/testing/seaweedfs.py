@@ -86,7 +86,7 @@ class SeaweedFS:
     Attributes:
         endpoint: ``http://127.0.0.1:PORT``, the S3 endpoint.
         url: ``s3://BUCKET``.
-        store_options: the options of :func:`~aioload.sources.open_store`
+        storage_options: the options of :func:`~aioload.sources.open_store`
             for this server (endpoint, credentials, region).
 
     Raises:
@@ -97,7 +97,9 @@ class SeaweedFS:
     Example::
 
         with SeaweedFS(bucket="data") as s3:
-            dataset = ObjectDataset(s3.url + "/train/", keys=keys, **s3.store_options)
+            dataset = ObjectDataset(
+                s3.url + "/train/", keys=keys, storage_options=s3.storage_options
+            )
     """
 
     def __init__(
@@ -133,7 +135,7 @@ class SeaweedFS:
         return f"s3://{self.bucket}"
 
     @property
-    def store_options(self) -> dict[str, Any]:
+    def storage_options(self) -> dict[str, Any]:
         """Endpoint, static credentials and region of this server, for ``open_store``."""
         if self.endpoint is None:
             raise RuntimeError("SeaweedFS is not running: use it in a with block")

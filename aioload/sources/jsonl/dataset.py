@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import Any
@@ -112,7 +112,9 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
         compression: how every file is stored, whatever its name: ``"gzip"``,
             ``"zstd"``, ``"bz2"``, ``"xz"``, or None (plain lines). Default
             ``"infer"``: each file's by its name's suffix.
-        **store_options: options of :func:`~aioload.sources.open_store`.
+        storage_options: the stores' options, one mapping for every file's store:
+            ``{"endpoint": ..., "region": ...}``, any option of
+            :func:`~aioload.sources.open_store` (default: from the environment).
 
     Raises:
         ValueError, TypeError: no URL, a name with another suffix (and no
@@ -161,7 +163,7 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
         cache_limit: int | str | None = None,
         chunk_size: int = STREAM_CHUNK,
         compression: str | None = "infer",
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         given = _check_compression(compression)
         self.urls = expand_urls(urls)
@@ -183,7 +185,7 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
         self.decode = decode
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self._counts = SourceCounter()
-        stores = StoreLocations(store_options)  # one location per store root
+        stores = StoreLocations(storage_options)  # one location per store root
         self._objects: list[tuple[StoreLocation, str]] = []  # each file's store and path
         self._compressions: list[Compression] = []
         for url in self.urls:

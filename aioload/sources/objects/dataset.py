@@ -97,9 +97,9 @@ class ObjectDataset(CountedReads, Dataset[Any]):
             ``DataLoader(dataset)`` iterates :meth:`listing`.
         prefix: with ``keys=None``, what :meth:`listing` lists: the keys that
             start with it (relative to the URL; default all).
-        decode: turns an object's bytes (a bytes-like ``obstore.Bytes``, or
-            ``bytes`` from the cache) into a sample; runs where the fetch runs
-            (in the worker with ``num_workers > 0``). A
+        decode: turns an object's bytes (``bytes``, as ``json.loads`` and
+            ``PIL.Image.open(io.BytesIO(data))`` take them) into a sample; runs where
+            the fetch runs (in the worker with ``num_workers > 0``). A
             :class:`~aioload.sources.Decoder` (or a mapping of extension ->
             ``fn(bytes)``, merged over the default decoders) decodes each
             object by its key's extension: ``x.jpg`` as an image, ``x.npy``
@@ -115,8 +115,9 @@ class ObjectDataset(CountedReads, Dataset[Any]):
         cache_limit: the most bytes the cache takes on disk: an int, or a
             size such as ``"50GB"``, ``"512MiB"``; least recently used
             objects go first. Default: no limit but the disk's.
-        **store_options: options of :func:`~aioload.sources.open_store`
-            (endpoint, credentials, ...) when ``url_or_store`` is a URL.
+        storage_options: the store's options, one mapping, when ``url_or_store`` is a
+            URL: ``{"endpoint": ..., "region": ..., "access_key_id": ...}``, any option
+            of :func:`~aioload.sources.open_store` (default: from the environment).
 
     Errors name the object's URL: a missing object raises ``FileNotFoundError``,
     a denied request ``PermissionError`` (neither is retried), a server or
@@ -124,9 +125,9 @@ class ObjectDataset(CountedReads, Dataset[Any]):
 
     Example::
 
-        dataset = ObjectDataset(
-            "s3://bucket/images/", decode=decode_jpeg,
-            endpoint="http://127.0.0.1:8333", access_key_id="...", secret_access_key="...")
+        dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, storage_options={
+            "endpoint": "http://127.0.0.1:8333", "access_key_id": "...",
+            "secret_access_key": "..."})
         loader = DataLoader(dataset, batch_size=32)   # lists the keys as it reads
         async for batch in loader:
             ...
@@ -142,7 +143,7 @@ class ObjectDataset(CountedReads, Dataset[Any]):
         byte_range: ByteRange | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if keys is not None:
             if isinstance(keys, str):
@@ -161,7 +162,7 @@ class ObjectDataset(CountedReads, Dataset[Any]):
         decode = as_decoder(decode, "bytes -> sample")
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
-        self._location = StoreLocation(url_or_store, store_options)
+        self._location = StoreLocation(url_or_store, storage_options)
         self._keys = keys
         self.prefix = prefix or ""
         self.decode = decode
@@ -200,7 +201,8 @@ class ObjectDataset(CountedReads, Dataset[Any]):
 
         Example::
 
-            dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg, **options)
+            dataset = ObjectDataset("s3://bucket/images/", decode=decode_jpeg,
+                                    storage_options=options)
             loader = DataLoader(dataset, batch_size=32, shuffle=True, generator=0)
         """
         if self._keys is not None:
@@ -250,13 +252,15 @@ class ObjectDataset(CountedReads, Dataset[Any]):
                 functools.partial(_fetch, location, path, byte_range, self._counts),
                 self._counts,
             )
+        # bytes for every decoder, whatever the read returned (obstore's Bytes from the
+        # store, bytes from the cache): json.loads and the like accept no other buffer
+        data = bytes(data)
         decode = self.decode
         if decode is None:
-            return bytes(data)
-        if isinstance(decode, Decoder):
-            # By the key's extension; a handler gets plain bytes (json.loads needs them).
+            return data
+        if isinstance(decode, Decoder):  # by the key's extension
             return decode.decode_field(
-                path.rpartition("/")[2], bytes(data), key=key, url=location.describe(path)
+                path.rpartition("/")[2], data, key=key, url=location.describe(path)
             )
         return decode(data)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,8 +63,9 @@ class ParquetDataset(CountedReads, Dataset[Any]):
             chunks), so that later epochs read them from disk (shared by workers and
             processes; see :class:`~aioload.sources.LocalCache`). Default: no cache.
         cache_limit: the most bytes the disk cache takes (``"50GB"``).
-        **store_options: options of :func:`~aioload.sources.open_store` (endpoint,
-            credentials, ...).
+        storage_options: the stores' options, one mapping: ``{"endpoint": ...,
+            "region": ...}``, any option of :func:`~aioload.sources.open_store`
+            (default: from the environment).
 
     The footers are read on first need — ``len(dataset)``, which the loader's samplers
     call, or ``await dataset.load()`` — and travel to worker processes with the
@@ -109,9 +110,9 @@ class ParquetDataset(CountedReads, Dataset[Any]):
         row_group_cache: int | str = DEFAULT_ROW_GROUP_CACHE,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.files = ParquetFiles(urls_or_prefix, columns, cache_dir, cache_limit, store_options)
+        self.files = ParquetFiles(urls_or_prefix, columns, cache_dir, cache_limit, storage_options)
         self._counts = self.files.counts  # what the files read is what this dataset read
         keep = (
             0

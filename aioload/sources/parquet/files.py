@@ -95,7 +95,7 @@ class ParquetFiles:
         columns: the columns to read (None: all), in this order.
         cache_dir: a local cache folder for the bytes read (None: none).
         cache_limit: its size limit.
-        store_options: options of :func:`~aioload.sources.open_store`.
+        storage_options: the stores' options (see :func:`~aioload.sources.open_store`).
         skip_unreadable: leave out the files whose footer cannot be read (missing,
             truncated, not Parquet), keeping their errors in :attr:`unreadable`, instead
             of failing :meth:`load` with the first one (unless no file can be read).
@@ -107,7 +107,7 @@ class ParquetFiles:
         columns: Sequence[str] | None,
         cache_dir: str | os.PathLike[str] | None,
         cache_limit: int | str | None,
-        store_options: Mapping[str, Any],
+        storage_options: Mapping[str, Any] | None,
         *,
         skip_unreadable: bool = False,
     ) -> None:
@@ -116,7 +116,7 @@ class ParquetFiles:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self.counts = SourceCounter()  # bytes from the store, cache hits: counted where read
-        self._locations = StoreLocations(store_options)
+        self._locations = StoreLocations(storage_options)
         self.prefix: str | None = None
         self._urls: list[str] | None = None
         if isinstance(urls_or_prefix, str) and urls_or_prefix.endswith("/"):

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -109,13 +109,15 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         cache_dir: a local folder that keeps every byte range read, so that later
             epochs read from disk (see :class:`~aioload.sources.LocalCache`).
         cache_limit: the most bytes the disk cache takes (``"50GB"``).
-        **store_options: options of :func:`~aioload.sources.open_store`.
+        storage_options: the stores' options, one mapping: ``{"endpoint": ...,
+            "region": ...}``, any option of :func:`~aioload.sources.open_store`
+            (default: from the environment).
 
     Example::
 
         dataset = IterableParquetDataset("s3://bucket/table/", columns=["text", "label"],
                                          shuffle_row_groups=True, shuffle_buffer=10_000,
-                                         **options)
+                                         storage_options=options)
         loader = DataLoader(dataset, batch_size=256, num_workers=2)
         for epoch in range(3):
             dataset.set_epoch(epoch)
@@ -142,7 +144,7 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         read_ahead: int | str = DEFAULT_READ_AHEAD,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._init_stream(
             shuffle_units=shuffle_row_groups,
@@ -155,7 +157,7 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         )
         self.read_ahead = parse_size(read_ahead)
         self.files = ParquetFiles(
-            urls_or_prefix, columns, cache_dir, cache_limit, store_options, skip_unreadable=True
+            urls_or_prefix, columns, cache_dir, cache_limit, storage_options, skip_unreadable=True
         )
         self._counts = self.files.counts  # what the files read is what this dataset read
 

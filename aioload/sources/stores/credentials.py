@@ -9,6 +9,13 @@ the environment, ``skip_signature=True``, a ``credential_provider`` or
 ``AZURE_*``, ``AZURITE_*``: :func:`store_variables`) are also what a store rebuilt in a
 worker process needs (:func:`store_environment`).
 
+``AWS_PROFILE``: obstore reads no AWS profiles (``~/.aws/config``, ``~/.aws/credentials``),
+so an S3 store with a profile set and no other credentials gets its credentials from boto3,
+which reads them as the AWS command line does (:func:`profile_provider`, through obstore's
+``obstore.auth.boto3.Boto3CredentialProvider``); without boto3 the store is refused, naming
+what to install. The profile's chain never asks the instance-metadata service unless
+``metadata_credentials=True``: the guard holds for profiles too.
+
 Example::
 
     >>> require_credentials("s3://bucket/", "s3", {"skip_signature": True}, None, False)
@@ -27,6 +34,8 @@ from typing import Any, Literal
 __all__ = [
     "STORE_VARIABLE_PREFIXES",
     "CloudKind",
+    "has_credentials",
+    "profile_provider",
     "require_credentials",
     "store_environment",
     "store_variables",
@@ -90,6 +99,24 @@ _CREDENTIALS: dict[CloudKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+def has_credentials(kind: CloudKind, options: Mapping[str, Any]) -> bool:
+    """Whether ``options`` or the environment say where a ``kind`` store's credentials come from.
+
+    Args:
+        kind: the kind of store.
+        options: the store's options (its ``config`` mapping included).
+
+    Example::
+
+        >>> has_credentials("s3", {"access_key_id": "k", "secret_access_key": "s"})
+        True
+    """
+    keys, env = _CREDENTIALS[kind]
+    if any(options.get(key) for key in keys) or any(os.environ.get(name) for name in env):
+        return True
+    return "config" in options and any(options["config"].get(key) for key in keys)
+
+
 def require_credentials(
     url: str, kind: CloudKind, options: Mapping[str, Any], provider: Any, metadata: bool
 ) -> None:
@@ -110,20 +137,74 @@ def require_credentials(
 
         require_credentials("s3://bucket/", "s3", options, None, False)
     """
+    if metadata or provider is not None or has_credentials(kind, options):
+        return
     keys, env = _CREDENTIALS[kind]
-    if metadata or provider is not None:
-        return
-    if any(options.get(key) for key in keys) or any(os.environ.get(name) for name in env):
-        return
-    if "config" in options and any(options["config"].get(key) for key in keys):
-        return
     raise ValueError(
-        f"{url}: no credentials. Pass them as options ({', '.join(keys[:2])}, ...) or in "
-        f"the environment ({', '.join(env[:2])}, ...); skip_signature=True for public data; "
-        "a credential_provider; or metadata_credentials=True to fetch them from the cloud's "
-        "instance-metadata service (on a cloud VM). Without any of these the store would "
-        "query that service at a link-local address on its first request."
+        f"{url}: no credentials. Pass them in storage_options ({', '.join(keys[:2])}, ...) "
+        f"or in the environment ({', '.join(env[:2])}, ...); {{'skip_signature': True}} for "
+        "public data; a credential_provider; or {'metadata_credentials': True} to fetch them "
+        "from the cloud's instance-metadata service (on a cloud VM). Without any of these "
+        "the store would query that service at a link-local address on its first request."
     )
+
+
+# The providers of botocore's chain that ask a metadata service: EC2's instance metadata
+# (a link-local address) and the container's (only where ECS sets its variables, which
+# obstore reads itself). A profile's chain keeps them only with metadata_credentials=True.
+_METADATA_PROVIDERS = ("iam-role", "container-role")
+
+
+def profile_provider(url: str, profile: str, metadata: bool) -> Any:
+    """obstore's credential provider for the AWS profile ``profile``, through boto3.
+
+    Args:
+        url: the store's URL, for the messages (redacted).
+        profile: the profile's name (``AWS_PROFILE``).
+        metadata: ``metadata_credentials=True``: the profile's chain may ask the instance
+            metadata; otherwise its metadata providers are removed.
+
+    Raises:
+        ValueError: boto3 is not installed (naming what to install), the profile is not
+            found, or it holds no credentials.
+
+    Example::
+
+        provider = profile_provider("s3://bucket/", "dev", False)
+    """
+    try:
+        import boto3
+        import botocore.exceptions
+        import botocore.session
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError as error:
+        raise ValueError(
+            f"{url}: AWS_PROFILE={profile!r} is set, but obstore reads no AWS profiles and "
+            "aioload reads them through boto3, which is not installed: pip install "
+            "'aioload-data[aws]' (boto3; obstore's credential provider "
+            "obstore.auth.boto3.Boto3CredentialProvider then reads the profile), or pass "
+            "credentials in storage_options or the environment (AWS_ACCESS_KEY_ID, ...)"
+        ) from error
+    try:
+        session = botocore.session.Session(profile=profile)
+        chain = session.get_component("credential_provider")
+        if not metadata:
+            for name in _METADATA_PROVIDERS:
+                chain.remove(name)
+        return Boto3CredentialProvider(boto3.Session(botocore_session=session))
+    except botocore.exceptions.ProfileNotFound as error:
+        raise ValueError(
+            f"{url}: the AWS profile {profile!r} (AWS_PROFILE) is not in the AWS config files "
+            "(~/.aws/config, ~/.aws/credentials, or AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE)"
+        ) from error
+    except botocore.exceptions.BotoCoreError as error:
+        raise ValueError(f"{url}: the AWS profile {profile!r} (AWS_PROFILE): {error}") from error
+    except ValueError as error:  # Boto3CredentialProvider: the chain found nothing
+        raise ValueError(
+            f"{url}: the AWS profile {profile!r} (AWS_PROFILE) names neither keys nor a role, "
+            "SSO or a credential_process; on a cloud VM, {'metadata_credentials': True} lets "
+            "its chain ask the instance-metadata service"
+        ) from error
 
 
 # AZURITE_: the Azure emulator's address (AZURITE_BLOB_STORAGE_URL), read by obstore too.

@@ -3,8 +3,12 @@
 :func:`open_store` turns ``s3://``, ``gs://``, ``az://``, ``http(s)://``,
 ``file://`` and ``memory://`` URLs into an obstore store rooted at the bucket
 (or host, or filesystem root) and the key prefix the URL names. Options come
-from keyword arguments or from the environment variables obstore reads itself
-(``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ...).
+from one ``storage_options={...}`` mapping (as fsspec and Hugging Face ``datasets``
+take them; every source of :mod:`aioload.sources` takes the same one) or from the
+environment variables obstore reads itself (``AWS_ACCESS_KEY_ID``,
+``AWS_ENDPOINT_URL``, ``AWS_REGION``, ...). A mapping, not keyword arguments: a
+misspelt argument of a dataset is then a ``TypeError`` naming it, as in any Python
+call, and only a misspelt store option is reported as one (also a ``TypeError``).
 
 Why a guard: an S3, GCS or Azure store built without credentials asks the
 cloud's instance-metadata service for them, at a link-local address, on its
@@ -48,6 +52,8 @@ from obstore.store import (
 )
 
 from aioload.sources.stores.credentials import (
+    has_credentials,
+    profile_provider,
     require_credentials,
     store_environment,
     store_variables,
@@ -99,7 +105,9 @@ _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 _TRUE = ("1", "true", "yes", "on")
 
 
-def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
+def open_store(
+    url: str, *, storage_options: Mapping[str, Any] | None = None
+) -> tuple[ObjectStore, str]:
     """The obstore store for ``url`` and the key prefix the URL names.
 
     The store is rooted at the bucket (``s3://``, ``gs://``), the container
@@ -111,8 +119,8 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
     Args:
         url: e.g. ``"s3://bucket/train/"``, ``"gs://bucket/shards"``,
             ``"http://127.0.0.1:8000/data"``, ``"file:///data/train"``.
-        **options: store options, else from the environment (obstore reads the
-            ``AWS_*``, ``GOOGLE_*``, ``AZURE_*`` variables): ``endpoint``,
+        storage_options: the store's options, else from the environment (obstore reads
+            the ``AWS_*``, ``GOOGLE_*``, ``AZURE_*`` variables): ``endpoint``,
             ``access_key_id``, ``secret_access_key``, ``session_token``,
             ``region``, ``skip_signature`` (anonymous requests), any other key
             of obstore's store configuration; ``allow_http`` (plain-HTTP
@@ -125,16 +133,17 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
     Raises:
         ValueError: an unsupported or malformed URL, or no credentials for a
             cloud store (see the module docstring).
-        TypeError: an option the store does not know.
+        TypeError: an option the store does not know, or ``storage_options``
+            that is not a mapping.
 
     Example::
 
         >>> store, prefix = open_store("memory:///train/")
         >>> prefix
         'train/'
-        >>> store, prefix = open_store(
-        ...     "s3://bucket/train", endpoint="http://127.0.0.1:8333",
-        ...     access_key_id="key", secret_access_key="secret", region="us-east-1")
+        >>> store, prefix = open_store("s3://bucket/train", storage_options={
+        ...     "endpoint": "http://127.0.0.1:8333", "access_key_id": "key",
+        ...     "secret_access_key": "secret", "region": "us-east-1"})
         >>> prefix
         'train'
     """
@@ -148,7 +157,7 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
             f"unsupported URL {shown!r}: the scheme should be one of "
             f"{', '.join(s + '://' for s in _SCHEMES)}"
         )
-    options = dict(options)
+    options = _storage_options(storage_options)
     metadata = bool(options.pop("metadata_credentials", False))
     client: Any = dict(options.pop("client_options", None) or {})
     allow_http = options.pop("allow_http", None)
@@ -187,6 +196,12 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
                 elif isinstance(endpoint, str) and endpoint.startswith("http://"):
                     allow_http = True  # an explicit plain-HTTP endpoint (a local server)
             _client_flag(client, allow_http)
+            profile = os.environ.get("AWS_PROFILE")
+            if profile and provider is None and not has_credentials("s3", options):
+                # obstore reads no profiles; credentials given otherwise win, as in the AWS CLI
+                provider = common["credential_provider"] = profile_provider(
+                    shown, profile, metadata
+                )
             require_credentials(shown, "s3", options, provider, metadata)
             s3 = S3Store(parts.netloc, client_options=client or None, **common, **options)
             return s3, path
@@ -203,6 +218,21 @@ def open_store(url: str, **options: Any) -> tuple[ObjectStore, str]:
         raise TypeError(f"{shown}: {error_summary(error)}") from redact_error(error)
     except obstore.exceptions.BaseError as error:
         raise ValueError(f"{shown}: {error_summary(error)}") from redact_error(error)
+
+
+def _storage_options(options: Any) -> dict[str, Any]:
+    """``storage_options=`` as a dict of its own (None: no options), or a ``TypeError``."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            "storage_options should be a mapping of store options, such as "
+            f"{{'endpoint': ..., 'region': ...}}; got {type(options).__name__}"
+        )
+    for key in options:
+        if not isinstance(key, str):
+            raise TypeError(f"storage_options' keys should be str (option names); got {key!r}")
+    return dict(options)
 
 
 def _no_options(url: str, options: Mapping[str, Any]) -> None:
@@ -286,18 +316,18 @@ class StoreLocation:
             locations with the same identity read the same objects.
     """
 
-    def __init__(self, url_or_store: Any, options: Mapping[str, Any]) -> None:
-        self._options = dict(options)
+    def __init__(self, url_or_store: Any, options: Mapping[str, Any] | None) -> None:
+        self._options = options = _storage_options(options)
         self._store: Any
         self._environment = store_variables()
         if isinstance(url_or_store, str):
             self.url: str | None = url_or_store
-            self._store, self.prefix = open_store(url_or_store, **self._options)
+            self._store, self.prefix = open_store(url_or_store, storage_options=options)
             self.base = store_url(self._store)
         else:
             if options:
                 raise TypeError(
-                    f"store options {sorted(options)} were given with a store object; "
+                    f"storage_options {sorted(options)} were given with a store object; "
                     "build the store with them, or pass a URL"
                 )
             _check_store(url_or_store)
@@ -314,7 +344,7 @@ class StoreLocation:
         if store is None:
             assert self.url is not None
             with store_environment(self._environment):
-                store, _ = open_store(self.url, **self._options)
+                store, _ = open_store(self.url, storage_options=self._options)
             self._store = store
         return store
 
@@ -356,8 +386,8 @@ class StoreLocations:
         ('tmp/train/shard-0.tar', True)
     """
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        self._options = dict(options)
+    def __init__(self, options: Mapping[str, Any] | None) -> None:
+        self._options = _storage_options(options)
         self._locations: dict[str, StoreLocation] = {}
 
     def of(self, url: str) -> tuple[StoreLocation, str]:

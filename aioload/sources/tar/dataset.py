@@ -161,8 +161,9 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
             ``total % world_size`` samples instead of padding the ranks' shares by
             repeating samples from the epoch's start (``DistributedSampler``'s
             choice, and its default: pad).
-        **store_options: options of :func:`~aioload.sources.open_store`
-            (endpoint, credentials, ...).
+        storage_options: the stores' options, one mapping for every shard's store:
+            ``{"endpoint": ..., "region": ..., "access_key_id": ...}``, any option of
+            :func:`~aioload.sources.open_store` (default: from the environment).
 
     Example::
 
@@ -213,7 +214,7 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         cache_limit: int | str | None = None,
         split: Literal["samples", "shards"] | None = None,
         drop_last: bool = False,
-        **store_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.urls = expand_urls(urls)
         if not self.urls:
@@ -248,7 +249,7 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
         self._built: set[int] = set()  # shards whose index was built: no index file yet
         # One location per store root (scheme and bucket or host), built and checked now.
-        stores = StoreLocations(store_options)
+        stores = StoreLocations(storage_options)
         self._objects: list[tuple[StoreLocation, str]] = []  # each shard's store and path
         for url in self.urls:
             location, path = stores.of(url)
@@ -387,7 +388,8 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
 
         Example::
 
-            dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar", **options)
+            dataset = ShardDataset("s3://bucket/train-{000000..000099}.tar",
+                                   storage_options=options)
             written = asyncio.run(dataset.write_indexes())
         """
         if self._indexes is not None and not overwrite:

@@ -22,7 +22,7 @@ writes (:class:`~aioload.sources.tar.index.ShardIndex`):
 Example::
 
     outcomes = await index_shards(expand_urls("s3://bucket/train-{000..099}.tar"),
-                                  store_options=credentials)
+                                  storage_options=credentials)
     [o.status for o in outcomes]   # ['written', 'kept', ...]
 """
 
@@ -81,7 +81,7 @@ class IndexOutcome:
 
 
 async def shard_urls(
-    urls: Sequence[str], store_options: Mapping[str, Any] | None = None
+    urls: Sequence[str], storage_options: Mapping[str, Any] | None = None
 ) -> list[str]:
     """The shard URLs that ``urls`` name: each a shard, a brace pattern, or a prefix
     ending in ``/`` whose plain ``.tar`` objects are listed (in the store's order).
@@ -91,7 +91,7 @@ async def shard_urls(
             be read by byte range), or an unmatched brace.
         FileNotFoundError: a prefix with no ``.tar`` object under it.
     """
-    stores = StoreLocations(store_options or {})
+    stores = StoreLocations(storage_options)
     found: list[str] = []
     for url in urls:
         if not url.endswith("/"):
@@ -118,7 +118,7 @@ async def index_shards(
     *,
     overwrite: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
-    store_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     on_done: Callable[[IndexOutcome], None] | None = None,
 ) -> list[IndexOutcome]:
     """Writes the index file of every shard in ``urls`` that has no valid one, beside it.
@@ -129,8 +129,8 @@ async def index_shards(
         urls: shard URLs (see :func:`shard_urls` for patterns and prefixes).
         overwrite: build every index again, valid or not (after shards were rewritten).
         concurrency: shards read at once (>= 1).
-        store_options: options of :func:`~aioload.sources.open_store` (endpoint,
-            credentials, ...).
+        storage_options: the stores' options, one mapping: ``{"endpoint": ...,
+            "region": ...}``, any option of :func:`~aioload.sources.open_store`.
         on_done: called with each shard's outcome as soon as it is known (a progress bar).
 
     Returns:
@@ -142,7 +142,7 @@ async def index_shards(
     """
     if not is_int(concurrency) or concurrency < 1:
         raise ValueError(f"concurrency should be an int >= 1; got {concurrency!r}")
-    stores = StoreLocations(store_options or {})
+    stores = StoreLocations(storage_options)
 
     async def one(url: str) -> IndexOutcome:
         outcome = await _index_one(stores, url, overwrite)

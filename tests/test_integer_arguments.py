@@ -30,7 +30,7 @@ from aioload import (
 )
 from aioload.data.epochs import dataset_epochs
 from aioload.memory.pinned import PinnedBufferPool
-from aioload.samplers.state import check_torch_generator_state
+from aioload.samplers.generators import check_torch_generator_state
 
 
 class BigInt:

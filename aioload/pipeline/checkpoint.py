@@ -34,18 +34,16 @@ import numpy as np
 from aioload.checks import is_int
 from aioload.pipeline.received import Received
 from aioload.samplers.builtin import BatchSampler
-from aioload.samplers.shuffling import Rng
-from aioload.samplers.state import (
+from aioload.samplers.generators import (
     TORCH_GENERATOR,
-    ResumableSampler,
     check_generator_state,
     check_torch_generator_state,
-    is_stateful,
-    plain_json,
     seed_from,
     set_torch_generator_state,
     torch_generator_state,
 )
+from aioload.samplers.shuffling import Rng
+from aioload.samplers.state import ResumableSampler, is_stateful, plain_json
 from aioload.settings import LoaderSettings
 
 __all__ = [

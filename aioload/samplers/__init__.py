@@ -10,6 +10,7 @@ Modules:
 - ``shuffling``: ``Rng`` and the base of the random samplers;
 - ``draws``: torch's own draws (``randperm``, ``multinomial``), without torch;
 - ``state``: how the samplers checkpoint themselves;
+- ``generators``: generator states in checkpoints (numpy's and ``torch.Generator``'s);
 - ``offered``: the sampler a dataset offers its loader (``default_sampler``).
 
 Used by the pipeline (``BatchSampler``, ``RandomSampler``, ``Rng``, ``offered_sampler``),

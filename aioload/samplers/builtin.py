@@ -83,15 +83,14 @@ from aioload.samplers.draws import (
     seeded_generator,
     torch_is_imported,
 )
-from aioload.samplers.shuffling import Rng, Shuffling
-from aioload.samplers.state import (
-    ResumableSampler,
-    SamplerIteration,
+from aioload.samplers.generators import (
     TorchGeneratorLike,
     global_seed,
     is_torch_generator,
     torch_seed,
 )
+from aioload.samplers.shuffling import Rng, Shuffling
+from aioload.samplers.state import ResumableSampler, SamplerIteration
 
 __all__ = [
     "BatchSampler",

@@ -9,20 +9,17 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 
 from aioload.samplers.draws import default_generator, scratch_generator, torch_is_imported
-from aioload.samplers.state import (
-    ResumableSampler,
-    SamplerIteration,
+from aioload.samplers.generators import (
     TorchGeneratorLike,
     check_generator_state,
     check_torch_generator_state,
     global_seed,
     is_torch_generator,
-    plain_json,
     set_torch_generator_state,
-    state_field,
     torch_state_json,
     torch_state_tensor,
 )
+from aioload.samplers.state import ResumableSampler, SamplerIteration, plain_json, state_field
 
 __all__ = ["Rng", "Shuffling"]
 

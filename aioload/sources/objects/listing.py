@@ -29,12 +29,11 @@ import obstore
 
 from aioload.checks import is_integral
 from aioload.samplers.builtin import GeneratorLike, as_generator
+from aioload.samplers.generators import check_generator_state, seed_from
 from aioload.samplers.state import (
     SAMPLER_STATE_VERSION,
-    check_generator_state,
     check_state_header,
     plain_json,
-    seed_from,
     state_field,
 )
 from aioload.sources.stores.store import StoreLocation, join_key, raise_translated

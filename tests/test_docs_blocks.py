@@ -366,7 +366,7 @@ SETUPS = {
     "# 3 ranks over shards of 17, 3, 25, 1, 11, 8 and 14 samples": """
 os.environ.update(RANK="1", WORLD_SIZE="3")  # as torchrun sets them
 """,
-    "saved = json.dumps(loader.state_dict())  # mid-epoch": """
+    "saved = json.dumps(loader.state_dict())            # mid-epoch": """
 loader = DataLoader(ShardDataset(urls, storage_options=same_options), batch_size=32, num_workers=2)
 batches = iter(loader)
 next(batches)
@@ -492,7 +492,7 @@ train = DataLoader(ArrayDataset(features, labels), batch_size=64, shuffle=True)
 
 # What the output of a block holding the key must hold.
 EXPECTED = {
-    "print(len(dataset), len(loader))  # 27 7 on every rank": "27 7",
+    "print(len(dataset), len(loader))   # 27 7 on every rank": "27 7",
     'print(f"data-bound {loader.stats().epoch.stall_fraction:.0%} of the epoch")': "data-bound",
 }
 

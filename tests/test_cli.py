@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -52,7 +54,8 @@ def test_demo_runs_from_the_command_line_and_leaves_nothing(tmp_path: Path) -> N
 
 @pytest.mark.timeout(120)
 def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    slow = ["demo", "--samples", "2048", "--samples-per-shard", "8", "--latency-ms", "50"]
+    # Slow enough that the interrupt lands in the first aioload epoch (about 4 s here).
+    slow = ["demo", "--samples", "2048", "--samples-per-shard", "8", "--latency-ms", "200"]
     args, env, mark = _command([*slow, "--no-torch"], tmp_path)
     process = subprocess.Popen(
         args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -489,3 +492,29 @@ def test_a_missing_extra_names_one_install_command(args: list[str], extra: str) 
     assert f"pip install 'aioload-data[{extra}]'" in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_a_ctrl_c_during_the_demos_cleanup_still_removes_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Ctrl-C can land while a scratch folder is being removed (the run just ended): the
+    # removal is finished, and the interrupt still reaches the command.
+    from aioload.cli import demo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    remove = shutil.rmtree
+    calls = []
+
+    def interrupted(path: str, ignore_errors: bool = False) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            os.remove(os.path.join(path, "a"))  # part of the folder is gone, then Ctrl-C
+            raise KeyboardInterrupt
+        remove(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt), demo.scratch_folder("aioload-demo-") as folder:
+        for name in ("a", "b"):
+            Path(folder, name).write_bytes(b"x")
+    assert len(calls) == 2
+    assert list(tmp_path.iterdir()) == []

@@ -25,8 +25,10 @@ it exits, also after Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
+import shutil
 import tarfile
 import tempfile
 import time
@@ -91,7 +93,7 @@ def run(arguments: argparse.Namespace) -> int:
             f"the demo needs obstore and aiohttp: pip install 'aioload-data[demo]' ({cause})", 2
         ) from None
     show = not arguments.quiet
-    with tempfile.TemporaryDirectory(prefix="aioload-demo-") as folder:
+    with scratch_folder("aioload-demo-") as folder:
         started = time.perf_counter()
         names, nbytes = write_dataset(folder, arguments.samples, arguments.samples_per_shard)
         print(
@@ -220,6 +222,36 @@ def _features() -> int:
     return channels * (height // 4) * (width // 4)
 
 
+@contextlib.contextmanager
+def scratch_folder(prefix: str) -> Iterator[str]:
+    """A new temporary folder, removed at the end even when Ctrl-C lands during its removal.
+
+    ``tempfile.TemporaryDirectory`` stops removing at a ``KeyboardInterrupt`` raised inside its
+    own cleanup (a Ctrl-C just as a run ends) and leaves the folder behind; here the removal
+    is finished first and the interrupt raised after.
+
+    Args:
+        prefix: how the folder's name begins (it is made in ``tempfile.gettempdir()``).
+
+    Example::
+
+        >>> with scratch_folder("aioload-demo-") as folder:
+        ...     os.path.isdir(folder)
+        True
+        >>> os.path.exists(folder)
+        False
+    """
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except KeyboardInterrupt:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+
+
 def _aioload(
     urls: list[str], arguments: argparse.Namespace, sample_bytes: float, show: bool
 ) -> list[Result]:
@@ -227,7 +259,7 @@ def _aioload(
     from aioload import DataLoader
     from aioload.sources import ShardDataset
 
-    with tempfile.TemporaryDirectory(prefix="aioload-demo-cache-") as cache:
+    with scratch_folder("aioload-demo-cache-") as cache:
         dataset = ShardDataset(
             urls,
             decode=decode_sample,

@@ -137,6 +137,24 @@ def test_a_slow_first_attempt_loses_to_the_hedge_and_is_cancelled() -> None:
     run(body)
 
 
+def test_a_read_begun_before_the_delay_was_known_is_hedged_once_it_is() -> None:
+    async def body() -> None:
+        hedge = Hedge(True)
+        attempts = Attempts(["first", "second"], {0: asyncio.Event()})
+
+        async def others_finish() -> None:  # reads beside this one teach the hedge the p95
+            await asyncio.sleep(0.01)
+            for _ in range(MIN_READS):
+                hedge.record(0.001)
+
+        helper = asyncio.ensure_future(others_finish())
+        assert await hedged(hedge, attempts, SourceCounter()) == "second"
+        assert attempts.cancelled == [0]
+        await helper
+
+    run(body)
+
+
 def test_a_fast_first_attempt_sends_no_hedge() -> None:
     async def body() -> None:
         attempts = Attempts(["first"], {})

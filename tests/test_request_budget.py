@@ -74,8 +74,10 @@ OBJECTS = 120
 
 @pytest.mark.timeout(120)
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 4 workers on 2 cores
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-def test_four_workers_share_one_budget(tmp_path: Path, context: str) -> None:
+def test_four_workers_share_one_budget(tmp_path: Path) -> None:
+    # forkserver: each worker unpickles its copy of the budget (forked copies are
+    # test_a_forked_copy_opens_the_file_anew's; forked workers of a process that has
+    # already read through obstore hang, with or without a budget)
     (tmp_path / "objects").mkdir()
     keys = [f"{i:04d}.bin" for i in range(OBJECTS)]
     for i, key in enumerate(keys):
@@ -83,7 +85,11 @@ def test_four_workers_share_one_budget(tmp_path: Path, context: str) -> None:
     with ObjectServer(tmp_path) as server:
         dataset = ObjectDataset(server.url + "/objects/", keys=keys, max_requests_per_second=RATE)
         loader = DataLoader(
-            dataset, batch_size=5, num_workers=4, collate_fn=list, multiprocessing_context=context
+            dataset,
+            batch_size=5,
+            num_workers=4,
+            collate_fn=list,
+            multiprocessing_context="forkserver",
         )
         got = [item for batch in loader for item in batch]
         arrivals = server.arrivals()

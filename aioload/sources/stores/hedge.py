@@ -42,6 +42,7 @@ MIN_READS = 32  # reads seen before an adaptive hedge has a delay to go by
 PERCENTILE = 0.95
 SHARE = 0.05  # tokens a read earns: at most about five hedges per hundred reads
 BURST = 10.0  # the most tokens kept (and the first ones)
+WARM_UP_POLL = 0.05  # seconds between looks at the delay while it is not yet known
 
 
 def check_hedge(hedge: Any) -> bool | float:
@@ -183,8 +184,14 @@ async def hedged(
     first = asyncio.ensure_future(attempt())
     try:
         delay = hedge.delay()
-        if delay is not None:
-            done, _ = await asyncio.wait((first,), timeout=delay)
+        while delay is None and not first.done():
+            # Not enough reads seen yet to know what is slow: look again in a while, so
+            # that a read that began while the store was new to us is hedged all the same.
+            await asyncio.wait((first,), timeout=WARM_UP_POLL)
+            delay = hedge.delay()
+        if delay is not None and not first.done():
+            left = delay - (clock() - began)
+            done, _ = await asyncio.wait((first,), timeout=max(0.0, left))
             if not done and hedge.take_token():
                 counts.hedged()
                 counts.requested()

@@ -364,3 +364,29 @@ def test_adaptive_hedges_stay_within_the_budget_and_leave_nothing(tail_folder: P
         got, hedges = asyncio.run(main(server.url))
     assert len(got) == OBJECTS
     assert hedges <= BURST + SHARE * OBJECTS
+
+
+@pytest.mark.timeout(120)
+def test_stream_reads_are_hedged_through_open_read(tmp_path: Path) -> None:
+    import json
+
+    from aioload.sources import JsonLinesDataset
+
+    files = 40
+    for n in range(files):
+        lines = "".join(json.dumps({"n": n, "i": i}) + "\n" for i in range(3))
+        (tmp_path / f"part-{n:03d}.jsonl").write_text(lines)
+
+    def rows(url: str, hedge: bool | float) -> tuple[list[Any], Any]:
+        dataset = JsonLinesDataset(url + "/part-{000..039}.jsonl", hedge=hedge, files_in_flight=8)
+        loader = DataLoader(dataset, batch_size=6, collate_fn=list)
+        got = sorted((row["n"], row["i"]) for batch in loader for row in batch)
+        return got, loader.stats().epoch
+
+    with ObjectServer(tmp_path, latency=0.002, tail=(0.1, 1.5), seed=2) as server:
+        plain, plain_stats = rows(server.url, False)
+        hedged_rows, stats = rows(server.url, 0.3)
+    assert hedged_rows == plain == [(n, i) for n in range(files) for i in range(3)]
+    assert plain_stats.hedges == 0 and plain_stats.store_requests == files
+    assert 1 <= stats.hedges <= BURST + SHARE * files
+    assert stats.store_requests == files + stats.hedges

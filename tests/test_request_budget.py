@@ -8,6 +8,8 @@ import gc
 import itertools
 import os
 import pickle
+import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,29 @@ def test_turns_are_spaced_by_one_over_the_rate() -> None:
     # each turn 10 ms after the previous one, less the microseconds between the calls
     assert all(later > earlier for earlier, later in itertools.pairwise(waits))
     assert waits[4] - waits[0] > 0.035
+    budget.close()
+
+
+def test_threads_sharing_one_budget_take_turns_each_their_own() -> None:
+    # one open file for every thread: the flock alone would not keep their turns apart
+    import threading
+
+    budget = RequestBudget(10)  # turns 0.1 s apart; reserve() only takes them, waits not
+    before = time.monotonic()
+
+    def take() -> None:
+        for _ in range(500):
+            budget.reserve()
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with open(budget.path, "rb") as file:
+        (next_turn,) = struct.unpack("d", file.read(8))
+    # 2000 turns, none lost to another thread's update: the next is 200 s after the first
+    assert before + 200 <= next_turn <= time.monotonic() + 200
     budget.close()
 
 

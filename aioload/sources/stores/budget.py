@@ -24,6 +24,7 @@ import fcntl
 import os
 import struct
 import tempfile
+import threading
 import time
 import weakref
 from typing import Any
@@ -85,6 +86,9 @@ class RequestBudget:
         self.path = path
         self._descriptor = descriptor
         self._pid = os.getpid()
+        # An flock excludes other open files, not the threads sharing this one (two loaders
+        # of one process reading the dataset at once): they take this lock first.
+        self._lock = threading.Lock()
         # The process that made the file removes it; the others only close theirs.
         self._finalizer = weakref.finalize(
             self, _close, descriptor, path if owner else None, self._pid
@@ -94,15 +98,16 @@ class RequestBudget:
         """Takes the next request's turn; returns the seconds to wait for it (0: go now)."""
         if os.getpid() != self._pid:
             self._reopen()
-        descriptor = self._descriptor
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        try:
-            now = time.monotonic()
-            data = os.pread(descriptor, _SLOT.size, 0)
-            turn = max(now, _SLOT.unpack(data)[0] if len(data) == _SLOT.size else 0.0)
-            os.pwrite(descriptor, _SLOT.pack(turn + 1.0 / self.rate), 0)
-        finally:
-            fcntl.flock(descriptor, fcntl.LOCK_UN)
+        with self._lock:
+            descriptor = self._descriptor
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            try:
+                now = time.monotonic()
+                data = os.pread(descriptor, _SLOT.size, 0)
+                turn = max(now, _SLOT.unpack(data)[0] if len(data) == _SLOT.size else 0.0)
+                os.pwrite(descriptor, _SLOT.pack(turn + 1.0 / self.rate), 0)
+            finally:
+                fcntl.flock(descriptor, fcntl.LOCK_UN)
         return turn - now
 
     def _reopen(self) -> None:
@@ -110,6 +115,7 @@ class RequestBudget:
         # belongs to the open file, not to the process): it opens the file anew.
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self._descriptor, self._pid = descriptor, os.getpid()
+        self._lock = threading.Lock()  # the parent's may have been held by another thread
         weakref.finalize(self, _close, descriptor, None, self._pid)
 
     async def acquire(self) -> None:

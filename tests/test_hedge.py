@@ -390,3 +390,40 @@ def test_stream_reads_are_hedged_through_open_read(tmp_path: Path) -> None:
     assert plain_stats.hedges == 0 and plain_stats.store_requests == files
     assert 1 <= stats.hedges <= BURST + SHARE * files
     assert stats.store_requests == files + stats.hedges
+
+
+@pytest.mark.timeout(120)
+def test_one_hedged_budgeted_dataset_serves_four_loops_at_once(tail_folder: Path) -> None:
+    import threading
+
+    keys = [f"{i:05d}.bin" for i in range(OBJECTS)]
+    results: dict[int, list[bytes]] = {}
+    errors: list[BaseException] = []
+
+    with ObjectServer(tail_folder, latency=0.002, tail=(0.05, 0.5), seed=7) as server:
+        dataset = ObjectDataset(
+            server.url + "/objects/", keys=keys, hedge=True, max_requests_per_second=2000
+        )
+
+        def read(n: int) -> None:
+            async def main() -> list[bytes]:
+                part = range(n, OBJECTS, 4)
+                got = list(await asyncio.gather(*(dataset[i] for i in part)))
+                assert asyncio.all_tasks() == {asyncio.current_task()}
+                return got
+
+            try:
+                results[n] = asyncio.run(main())
+            except BaseException as error:  # reported below, in the test's thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=read, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors
+    for n in range(4):
+        assert results[n] == [i.to_bytes(4, "little") * 256 for i in range(n, OBJECTS, 4)]
+    counts = dataset.take_source_counts()
+    assert counts is not None and counts.requests == OBJECTS + counts.hedges

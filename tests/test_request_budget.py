@@ -53,7 +53,8 @@ def test_threads_sharing_one_budget_take_turns_each_their_own() -> None:
     budget.close()
 
 
-def test_a_forked_copy_opens_the_file_anew() -> None:
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")  # 3.12+: the child
+def test_a_forked_copy_opens_the_file_anew() -> None:  # only takes a turn and exits
     # a lock belongs to an open file: sharing the parent's would exclude nothing
     budget = RequestBudget(10)
     descriptor = budget._descriptor
@@ -97,6 +98,7 @@ RATE = 40
 OBJECTS = 120
 
 
+@pytest.mark.slow  # four worker processes
 @pytest.mark.timeout(120)
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 4 workers on 2 cores
 def test_four_workers_share_one_budget(tmp_path: Path) -> None:

@@ -100,6 +100,7 @@ class EpochRecorder:
         "collated",
         "ended",
         "fetched",
+        "hedges",
         "items",
         "retries",
         "sampled_bytes",
@@ -108,6 +109,7 @@ class EpochRecorder:
         "stall",
         "started",
         "store_bytes",
+        "store_requests",
         "worker_restarts",
     )
 
@@ -140,6 +142,8 @@ class EpochRecorder:
         self.cache_hits = 0
         self.cache_misses = 0
         self.store_bytes = 0
+        self.store_requests = 0
+        self.hedges = 0
 
     # -- the loop's side ----------------------------------------------------
 
@@ -182,6 +186,8 @@ class EpochRecorder:
         self.cache_hits += counts.cache_hits
         self.cache_misses += counts.cache_misses
         self.store_bytes += counts.store_bytes
+        self.store_requests += counts.requests
+        self.hedges += counts.hedges
 
     # -- the consumer's side ------------------------------------------------
 
@@ -207,6 +213,8 @@ class EpochRecorder:
             cache_hits=self.cache_hits,
             cache_misses=self.cache_misses,
             store_bytes=self.store_bytes,
+            store_requests=self.store_requests,
+            hedges=self.hedges,
         )
 
     def gauges(self) -> Gauges:
@@ -249,8 +257,12 @@ class IterationStats:
             store instead.
         store_bytes: bytes the object-store datasets received from the store,
             with a cache or without.
+        store_requests: GET requests the object-store datasets sent (hedges
+            included); ``requests_per_s`` is their rate.
+        hedges: reads sent a second time because the first was slow (``hedge=``
+            of the object-store datasets).
 
-    The last three come from the datasets (see :mod:`aioload.stats.source_counts`):
+    The last five come from the datasets (see :mod:`aioload.stats.source_counts`):
     a worker reports them with its next batch, so a span's figures include
     what was read ahead for the next batch, and the totals are exact.
     """
@@ -266,6 +278,13 @@ class IterationStats:
     cache_hits: int = 0
     cache_misses: int = 0
     store_bytes: int = 0
+    store_requests: int = 0
+    hedges: int = 0
+
+    @property
+    def requests_per_s(self) -> float:
+        """GET requests sent to the store per second of iteration."""
+        return self.store_requests / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def items_per_s(self) -> float:
@@ -302,6 +321,7 @@ class IterationStats:
             "batches_per_s": self.batches_per_s,
             "bytes_per_s": self.bytes_per_s,
             "stall_fraction": self.stall_fraction,
+            "requests_per_s": self.requests_per_s,
         }
 
 
@@ -318,10 +338,12 @@ def _fields(stats: IterationStats) -> tuple[Any, ...]:
         stats.cache_hits,
         stats.cache_misses,
         stats.store_bytes,
+        stats.store_requests,
+        stats.hedges,
     )
 
 
-_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0)
+_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,6 +425,10 @@ class LoaderStats:
                 f" | cache hits {e.cache_hits}, misses {e.cache_misses}, "
                 f"from the store {_si(e.store_bytes)}B"
             )
+        if e.store_requests:
+            faults += f" | requests {_si(e.store_requests)} ({_si(e.requests_per_s)}/s)"
+        if e.hedges:
+            faults += f", hedges {e.hedges}"
         state = "running" if self.iterating else "done"
         return (
             f"epoch {self.epochs} ({state}): {e.batches} batches, {_si(e.items)} items, "

@@ -11,7 +11,7 @@ The loader calls the hook where the dataset is read, after every batch
 batch's :class:`~aioload.read.outcome.Outcome` to the loader, as retries do, which
 adds them to :meth:`DataLoader.stats() <aioload.DataLoader.stats>`
 (:class:`~aioload.stats.recorder.IterationStats`: ``cache_hits``, ``cache_misses``,
-``store_bytes``). A dataset without the hook costs nothing.
+``store_bytes``, ``store_requests``, ``hedges``). A dataset without the hook costs nothing.
 
 Counts are taken after each batch, so what a dataset reads ahead (a shard
 streaming in while its first samples are batched) is reported with a later
@@ -37,25 +37,27 @@ class SourceCounts(NamedTuple):
         cache_hits: entries (shards, objects) read from the local cache.
         cache_misses: entries a dataset with a cache had to read from the store.
         store_bytes: bytes received from the store (with a cache or without).
+        requests: GET requests sent to the store (hedges included; not the store
+            client's own retries).
+        hedges: reads sent a second time because the first was slow
+            (:mod:`aioload.sources.stores.hedge`).
 
     Example::
 
         >>> SourceCounts(1, 2, 300) + SourceCounts(0, 1, 50)
-        SourceCounts(cache_hits=1, cache_misses=3, store_bytes=350)
+        SourceCounts(cache_hits=1, cache_misses=3, store_bytes=350, requests=0, hedges=0)
     """
 
     cache_hits: int = 0
     cache_misses: int = 0
     store_bytes: int = 0
+    requests: int = 0
+    hedges: int = 0
 
     def __add__(self, other: Any) -> SourceCounts:
         if not isinstance(other, SourceCounts):
             return NotImplemented
-        return SourceCounts(
-            self.cache_hits + other.cache_hits,
-            self.cache_misses + other.cache_misses,
-            self.store_bytes + other.store_bytes,
-        )
+        return SourceCounts(*(mine + theirs for mine, theirs in zip(self, other, strict=True)))
 
 
 class SourceCounter:
@@ -70,18 +72,20 @@ class SourceCounter:
         >>> counter.hit()
         >>> counter.received(4096)
         >>> counter.take()
-        SourceCounts(cache_hits=1, cache_misses=0, store_bytes=4096)
+        SourceCounts(cache_hits=1, cache_misses=0, store_bytes=4096, requests=0, hedges=0)
         >>> print(counter.take())   # nothing since
         None
     """
 
-    __slots__ = ("_lock", "cache_hits", "cache_misses", "store_bytes")
+    __slots__ = ("_lock", "cache_hits", "cache_misses", "hedges", "requests", "store_bytes")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.cache_hits = 0
         self.cache_misses = 0
         self.store_bytes = 0
+        self.requests = 0
+        self.hedges = 0
 
     def hit(self) -> None:
         """One entry was read from the local cache."""
@@ -98,13 +102,28 @@ class SourceCounter:
         with self._lock:
             self.store_bytes += nbytes
 
+    def requested(self) -> None:
+        """One more GET request was sent to the store."""
+        with self._lock:
+            self.requests += 1
+
+    def hedged(self) -> None:
+        """One read was sent a second time (its second request is counted apart)."""
+        with self._lock:
+            self.hedges += 1
+
     def take(self) -> SourceCounts | None:
         """The counts since the previous call, reset to zero; None when all are zero."""
-        if not (self.cache_hits or self.cache_misses or self.store_bytes):
+        if not (
+            self.cache_hits or self.cache_misses or self.store_bytes or self.requests or self.hedges
+        ):
             return None
         with self._lock:
-            counts = SourceCounts(self.cache_hits, self.cache_misses, self.store_bytes)
+            counts = SourceCounts(
+                self.cache_hits, self.cache_misses, self.store_bytes, self.requests, self.hedges
+            )
             self.cache_hits = self.cache_misses = self.store_bytes = 0
+            self.requests = self.hedges = 0
         return counts
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -114,5 +133,5 @@ class SourceCounter:
     def __repr__(self) -> str:
         return (
             f"SourceCounter(cache_hits={self.cache_hits}, cache_misses={self.cache_misses}, "
-            f"store_bytes={self.store_bytes})"
+            f"store_bytes={self.store_bytes}, requests={self.requests}, hedges={self.hedges})"
         )

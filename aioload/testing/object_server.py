@@ -3,7 +3,10 @@
 It serves the files under a folder by path (``GET``/``HEAD``, single byte
 ranges with ``206``), and can inject a fixed latency before every answer and
 answer a random share of requests with an error status (``503`` by default),
-which is what latency and retry tests need. obstore reads it as an
+which is what latency and retry tests need; it can also delay a random share of
+requests by much more (``tail=(0.01, 1.0)``: a heavy tail, for hedged reads), and
+it notes when each request arrived (:meth:`ObjectServer.arrivals`,
+:func:`most_in_window`), for tests of a request budget. obstore reads it as an
 ``http://`` store.
 
 It runs in a child Python process with its own uvloop
@@ -14,6 +17,7 @@ when its parent dies.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import ctypes
 import email.utils
@@ -25,16 +29,18 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["LOOPBACK_OPENER", "ObjectServer", "die_with_parent"]
+__all__ = ["LOOPBACK_OPENER", "ObjectServer", "die_with_parent", "most_in_window", "per_second"]
 
 STATS_PATH = "/.aioload-stats"
 CONTROL_PATH = "/.aioload-control"
+ARRIVALS_PATH = "/.aioload-arrivals"
 _START_TIMEOUT = 60.0
 
 
@@ -72,6 +78,10 @@ class ObjectServer:
             ``error_status`` instead, drawn from a generator seeded with ``seed``.
         seed: the seed of the error draws.
         error_status: the status of injected errors (503; 429, 500 ...).
+        tail: ``(share, seconds)``: that share of requests (0 to 1) waits ``seconds``
+            more before it is answered (a heavy tail), drawn from a generator of its own
+            seeded with ``seed`` (the same requests are slow on every run with the same
+            seed and order, and the error draws do not change with it).
 
     Attributes:
         url: ``http://127.0.0.1:PORT`` once started.
@@ -83,6 +93,10 @@ class ObjectServer:
             ...
             server.stats()   # {'requests': ..., 'errors': ..., 'bytes': ...}
             server.configure(error_rate=0.0)
+
+        with ObjectServer("data", latency=0.005, tail=(0.01, 1.0)) as server:
+            ...
+            most_in_window(server.arrivals())   # the most requests in any 1 s
     """
 
     def __init__(
@@ -93,6 +107,7 @@ class ObjectServer:
         error_rate: float = 0.0,
         seed: int = 0,
         error_status: int = 503,
+        tail: tuple[float, float] | None = None,
     ) -> None:
         root = os.fspath(root_folder)
         if not os.path.isdir(root):
@@ -102,6 +117,7 @@ class ObjectServer:
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate should be between 0 and 1; got {error_rate!r}")
         _check_status(error_status)
+        self.tail = _check_tail(tail)
         self.root_folder = os.path.abspath(root)
         self.latency = float(latency)
         self.error_rate = float(error_rate)
@@ -132,6 +148,7 @@ class ObjectServer:
             "error_rate": self.error_rate,
             "seed": self.seed,
             "error_status": self.error_status,
+            "tail": self.tail,
             "parent": os.getpid(),
         }
         # A fresh interpreter running this file, not multiprocessing: no re-import of the
@@ -185,6 +202,17 @@ class ObjectServer:
             stats: dict[str, int] = json.loads(answer.read())
         return stats
 
+    def arrivals(self) -> list[float]:
+        """When each object request arrived, in seconds since the server started, in order.
+
+        Example::
+
+            most_in_window(server.arrivals())   # the most requests in any 1-second window
+        """
+        with LOOPBACK_OPENER.open(self.url + ARRIVALS_PATH, timeout=10) as answer:
+            times: list[float] = json.loads(answer.read())
+        return times
+
     def configure(
         self,
         *,
@@ -227,6 +255,48 @@ class ObjectServer:
         return f"ObjectServer({self.root_folder!r}, {where})"
 
 
+def most_in_window(times: list[float], window: float = 1.0) -> int:
+    """The most of ``times`` (sorted seconds) in any span of ``window`` seconds (half-open).
+
+    Example::
+
+        >>> most_in_window([0.0, 0.2, 0.9, 1.0, 1.5])
+        3
+    """
+    most = start = 0
+    for end, moment in enumerate(times):
+        while times[start] <= moment - window:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+def per_second(times: list[float]) -> list[int]:
+    """How many of ``times`` (seconds since the start) fell in each whole second.
+
+    Example::
+
+        >>> per_second([0.1, 0.5, 2.2])
+        [2, 0, 1]
+    """
+    counts = [0] * (int(max(times)) + 1 if times else 0)
+    for moment in times:
+        counts[int(moment)] += 1
+    return counts
+
+
+def _check_tail(tail: Any) -> tuple[float, float] | None:
+    if tail is None:
+        return None
+    try:
+        share, seconds = (float(value) for value in tail)
+    except (TypeError, ValueError):
+        raise ValueError(f"tail should be (share, seconds); got {tail!r}") from None
+    if not 0.0 <= share <= 1.0 or not seconds >= 0:
+        raise ValueError(f"tail should be (share 0 to 1, seconds >= 0); got {tail!r}")
+    return share, seconds
+
+
 def _check_status(status: Any) -> None:
     if not isinstance(status, int) or not 400 <= status <= 599:
         raise ValueError(f"error_status should be an HTTP error status (4xx, 5xx); got {status!r}")
@@ -249,6 +319,14 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
     return (start, end) if start < size and start < end else None
 
 
+def _tail_delay(tail: Any, draws: random.Random) -> float:
+    """The extra wait of one request: the tail's seconds for its share of them, else 0."""
+    if not tail:
+        return 0.0
+    share, seconds = tail
+    return float(seconds) if draws.random() < share else 0.0
+
+
 async def _main(
     settings: dict[str, Any],
 ) -> None:
@@ -256,6 +334,9 @@ async def _main(
 
     root = os.path.realpath(settings["root"])
     draws = random.Random(settings["seed"])
+    slow_draws = random.Random(f"tail {settings['seed']}")  # apart: errors draw as before
+    started = time.monotonic()
+    arrived = array.array("d")  # seconds since the start of each object request
     counts = {"requests": 0, "errors": 0, "bytes": 0, "most_in_flight": 0}
     in_flight = 0
     # request path -> (file, mtime_ns, size, body, headers): a file is resolved, read and
@@ -294,6 +375,8 @@ async def _main(
         nonlocal in_flight
         if request.path == STATS_PATH:
             return web.Response(text=json.dumps(counts), content_type="application/json")
+        if request.path == ARRIVALS_PATH:
+            return web.Response(text=json.dumps(arrived.tolist()), content_type="application/json")
         if request.path == CONTROL_PATH and request.method == "POST":
             settings.update(json.loads(await request.read()))
             return web.Response(text="ok\n")
@@ -306,7 +389,9 @@ async def _main(
 
     async def answer(request: web.BaseRequest) -> web.StreamResponse:
         counts["requests"] += 1
+        arrived.append(time.monotonic() - started)
         latency, error_rate = settings["latency"], settings["error_rate"]
+        latency += _tail_delay(settings.get("tail"), slow_draws)
         if latency:
             await asyncio.sleep(latency)
         if error_rate and draws.random() < error_rate:

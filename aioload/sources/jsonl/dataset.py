@@ -115,6 +115,13 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
         storage_options: the stores' options, one mapping for every file's store:
             ``{"endpoint": ..., "region": ...}``, any option of
             :func:`~aioload.sources.open_store` (default: from the environment).
+        hedge: send a read again when it is slow, and take the first answer (see
+            :mod:`aioload.sources.stores.hedge`): True, after the 95th percentile of
+            the store's recent reads; a float, after that many seconds; False (the
+            default), never. At most about five hedges per hundred reads.
+        max_requests_per_second: the most GET requests a second the dataset sends, all
+            its copies in the loader's worker processes together (see
+            :mod:`aioload.sources.stores.budget`). Default: no limit.
 
     Raises:
         ValueError, TypeError: no URL, a name with another suffix (and no
@@ -164,6 +171,8 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
         chunk_size: int = STREAM_CHUNK,
         compression: str | None = "infer",
         storage_options: Mapping[str, Any] | None = None,
+        hedge: bool | float = False,
+        max_requests_per_second: float | None = None,
     ) -> None:
         given = _check_compression(compression)
         self.urls = expand_urls(urls)
@@ -185,7 +194,9 @@ class JsonLinesDataset(CountedReads, StreamDataset[StreamState]):
         self.decode = decode
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self._counts = SourceCounter()
-        stores = StoreLocations(storage_options)  # one location per store root
+        stores = StoreLocations(
+            storage_options, hedge=hedge, max_requests_per_second=max_requests_per_second
+        )  # one location per store root
         self._objects: list[tuple[StoreLocation, str]] = []  # each file's store and path
         self._compressions: list[Compression] = []
         for url in self.urls:

@@ -30,6 +30,8 @@ from aioload.samplers.shuffling import Rng
 from aioload.sources.cache.local import LocalCache, entry_identity
 from aioload.sources.decoders import Decoder, as_decoder
 from aioload.sources.objects.listing import ObjectListing, ShuffledListing
+from aioload.sources.stores.budget import RequestBudget, check_rate
+from aioload.sources.stores.hedge import hedged
 from aioload.sources.stores.reads import CountedReads
 from aioload.sources.stores.store import StoreLocation, raise_translated
 from aioload.stats.source_counts import SourceCounter
@@ -66,17 +68,19 @@ async def _fetch(
 ) -> Any:
     """The object at ``path`` (or its byte range), from the store; errors name it."""
     store = location.store
-    try:
+
+    async def request() -> Any:
         if byte_range is None:
-            data: Any = await (await obstore.get_async(store, path)).bytes_async()
-        else:
-            start, end = byte_range
-            if end is not None:
-                data = await obstore.get_range_async(store, path, start=start, end=end)
-            else:
-                bound: Any = {"offset": start} if start >= 0 else {"suffix": -start}
-                result = await obstore.get_async(store, path, options={"range": bound})
-                data = await result.bytes_async()
+            return await (await obstore.get_async(store, path)).bytes_async()
+        start, end = byte_range
+        if end is not None:
+            return await obstore.get_range_async(store, path, start=start, end=end)
+        bound: Any = {"offset": start} if start >= 0 else {"suffix": -start}
+        result = await obstore.get_async(store, path, options={"range": bound})
+        return await result.bytes_async()
+
+    try:
+        data: Any = await hedged(location.hedge, request, counts, budget=location.budget)
     except Exception as error:
         raise_translated(error, location.describe(path))
     counts.received(len(data))
@@ -118,6 +122,13 @@ class ObjectDataset(CountedReads, Dataset[Any]):
         storage_options: the store's options, one mapping, when ``url_or_store`` is a
             URL: ``{"endpoint": ..., "region": ..., "access_key_id": ...}``, any option
             of :func:`~aioload.sources.open_store` (default: from the environment).
+        hedge: send a read again when it is slow, and take the first answer (see
+            :mod:`aioload.sources.stores.hedge`): True, after the 95th percentile of
+            the store's recent reads; a float, after that many seconds; False (the
+            default), never. At most about five hedges per hundred reads.
+        max_requests_per_second: the most GET requests a second the dataset sends, all
+            its copies in the loader's worker processes together (see
+            :mod:`aioload.sources.stores.budget`). Default: no limit.
 
     Errors name the object's URL: a missing object raises ``FileNotFoundError``,
     a denied request ``PermissionError`` (neither is retried), a server or
@@ -144,6 +155,8 @@ class ObjectDataset(CountedReads, Dataset[Any]):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        hedge: bool | float = False,
+        max_requests_per_second: float | None = None,
     ) -> None:
         if keys is not None:
             if isinstance(keys, str):
@@ -162,7 +175,13 @@ class ObjectDataset(CountedReads, Dataset[Any]):
         decode = as_decoder(decode, "bytes -> sample")
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
-        self._location = StoreLocation(url_or_store, storage_options)
+        rate = check_rate(max_requests_per_second)
+        self._location = StoreLocation(
+            url_or_store,
+            storage_options,
+            hedge=hedge,
+            budget=None if rate is None else RequestBudget(rate),
+        )
         self._keys = keys
         self.prefix = prefix or ""
         self.decode = decode

@@ -79,7 +79,10 @@ class ObjectListing:
             pages = aiter(stream)
         except Exception as error:
             raise_translated(error, where)
+        budget = location.budget
         while True:
+            if budget is not None:  # a page is a request (the first's turn taken early)
+                await budget.acquire()
             try:
                 page = await anext(pages)
             except StopAsyncIteration:

@@ -99,6 +99,9 @@ class ParquetFiles:
         skip_unreadable: leave out the files whose footer cannot be read (missing,
             truncated, not Parquet), keeping their errors in :attr:`unreadable`, instead
             of failing :meth:`load` with the first one (unless no file can be read).
+        hedge: when a slow read is sent again (see :mod:`aioload.sources.stores.hedge`).
+        max_requests_per_second: the request budget (see
+            :mod:`aioload.sources.stores.budget`).
     """
 
     def __init__(
@@ -110,13 +113,17 @@ class ParquetFiles:
         storage_options: Mapping[str, Any] | None,
         *,
         skip_unreadable: bool = False,
+        hedge: bool | float = False,
+        max_requests_per_second: float | None = None,
     ) -> None:
         self.columns = check_columns(columns)
         if cache_dir is None and cache_limit is not None:
             raise ValueError("cache_limit was given without cache_dir: name the cache's folder")
         self.cache = None if cache_dir is None else LocalCache(cache_dir, cache_limit)
         self.counts = SourceCounter()  # bytes from the store, cache hits: counted where read
-        self._locations = StoreLocations(storage_options)
+        self._locations = StoreLocations(
+            storage_options, hedge=hedge, max_requests_per_second=max_requests_per_second
+        )
         self.prefix: str | None = None
         self._urls: list[str] | None = None
         if isinstance(urls_or_prefix, str) and urls_or_prefix.endswith("/"):

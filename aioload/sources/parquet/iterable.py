@@ -112,6 +112,13 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         storage_options: the stores' options, one mapping: ``{"endpoint": ...,
             "region": ...}``, any option of :func:`~aioload.sources.open_store`
             (default: from the environment).
+        hedge: send a read again when it is slow, and take the first answer (see
+            :mod:`aioload.sources.stores.hedge`): True, after the 95th percentile of
+            the store's recent reads; a float, after that many seconds; False (the
+            default), never. At most about five hedges per hundred reads.
+        max_requests_per_second: the most GET requests a second the dataset sends, all
+            its copies in the loader's worker processes together (see
+            :mod:`aioload.sources.stores.budget`). Default: no limit.
 
     Example::
 
@@ -145,6 +152,8 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        hedge: bool | float = False,
+        max_requests_per_second: float | None = None,
     ) -> None:
         self._init_stream(
             shuffle_units=shuffle_row_groups,
@@ -157,7 +166,14 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         )
         self.read_ahead = parse_size(read_ahead)
         self.files = ParquetFiles(
-            urls_or_prefix, columns, cache_dir, cache_limit, storage_options, skip_unreadable=True
+            urls_or_prefix,
+            columns,
+            cache_dir,
+            cache_limit,
+            storage_options,
+            skip_unreadable=True,
+            hedge=hedge,
+            max_requests_per_second=max_requests_per_second,
         )
         self._counts = self.files.counts  # what the files read is what this dataset read
 

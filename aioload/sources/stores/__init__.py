@@ -9,6 +9,9 @@ Modules:
 - ``store``: ``open_store``, ``StoreLocation``, ``StoreLocations``, ``join_key``,
   ``raise_translated``, ``is_transient``, ``DEFAULT_RETRY_CONFIG``;
 - ``reads``: ``open_read`` and ``read_bytes``, one GET (whole, from an offset, a range);
+- ``hedge``: ``Hedge`` and ``hedged``, a slow GET sent again (``hedge=``), the first answer kept;
+- ``budget``: ``RequestBudget``, at most so many GETs a second from every copy of a dataset
+  (``max_requests_per_second=``);
 - ``credentials``: where a store's credentials come from;
 - ``errors``: ``translate``, ``raise_translated``, ``is_transient``;
 - ``identity``: ``store_identity``, the settings that tell one store from another;

@@ -5,8 +5,11 @@ the rest of one from a sample's offset, a ranged read of a run of samples or
 of a shuffle buffer's samples. Errors are translated once, naming the object
 (:func:`~aioload.sources.stores.store.raise_translated`), and every chunk is
 counted as bytes received from the store
-(:class:`~aioload.stats.source_counts.SourceCounter`). :class:`CountedReads` hands a
-dataset's counts to the loader (its ``take_source_counts`` hook).
+(:class:`~aioload.stats.source_counts.SourceCounter`), as is every request. A location
+with a :class:`~aioload.sources.stores.hedge.Hedge` (``hedge=`` of the datasets) has a
+slow request sent again (:func:`~aioload.sources.stores.hedge.hedged`: the time to the
+answer's headers is what is hedged). :class:`CountedReads` hands a dataset's counts to the
+loader (its ``take_source_counts`` hook).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import obstore
 
+from aioload.sources.stores.hedge import hedged
 from aioload.sources.stores.store import StoreLocation, raise_translated
 from aioload.stats.source_counts import SourceCounter, SourceCounts
 
@@ -55,8 +59,13 @@ async def open_read(
         options = {"range": {"suffix": -byte_range}}
     elif byte_range:
         options = {"range": {"offset": byte_range}}
+    store = location.store
+
+    def request() -> Any:
+        return obstore.get_async(store, path, options=options)
+
     try:
-        result = await obstore.get_async(location.store, path, options=options)
+        result = await hedged(location.hedge, request, counts, budget=location.budget)
         chunks = aiter(result.stream(min_chunk_size=chunk_size))
     except Exception as error:
         raise_translated(error, url)
@@ -112,7 +121,7 @@ class CountedReads:
         >>> objects = Objects()
         >>> objects.read(b"x" * 4096)
         >>> objects.take_source_counts(), objects.take_source_counts()
-        (SourceCounts(cache_hits=0, cache_misses=0, store_bytes=4096), None)
+        (SourceCounts(cache_hits=0, cache_misses=0, store_bytes=4096, requests=0, hedges=0), None)
     """
 
     _counts: SourceCounter

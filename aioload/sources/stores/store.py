@@ -51,6 +51,7 @@ from obstore.store import (
     S3Store,
 )
 
+from aioload.sources.stores.budget import RequestBudget, check_rate
 from aioload.sources.stores.credentials import (
     has_credentials,
     profile_provider,
@@ -65,6 +66,7 @@ from aioload.sources.stores.errors import (
     redact_error,
     translate,
 )
+from aioload.sources.stores.hedge import Hedge, check_hedge
 from aioload.sources.stores.identity import store_identity
 from aioload.urls import redact_url
 
@@ -314,9 +316,26 @@ class StoreLocation:
             region, account ..., from the options and the environment; see
             :func:`~aioload.sources.stores.identity.store_identity`): two
             locations with the same identity read the same objects.
+        hedge: when a slow read is sent again (``hedge=`` of the datasets), or None.
+        budget: the requests a second its reads may send (``max_requests_per_second=``),
+            or None.
     """
 
-    def __init__(self, url_or_store: Any, options: Mapping[str, Any] | None) -> None:
+    # also what a location pickled before hedges and budgets unpickles with
+    hedge: Hedge | None = None
+    budget: RequestBudget | None = None
+
+    def __init__(
+        self,
+        url_or_store: Any,
+        options: Mapping[str, Any] | None,
+        *,
+        hedge: bool | float = False,
+        budget: RequestBudget | None = None,
+    ) -> None:
+        hedge = check_hedge(hedge)
+        self.hedge = Hedge(hedge) if hedge is not False else None
+        self.budget = budget
         self._options = options = _storage_options(options)
         self._store: Any
         self._environment = store_variables()
@@ -386,8 +405,18 @@ class StoreLocations:
         ('tmp/train/shard-0.tar', True)
     """
 
-    def __init__(self, options: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, Any] | None,
+        *,
+        hedge: bool | float = False,
+        max_requests_per_second: float | None = None,
+    ) -> None:
         self._options = _storage_options(options)
+        self._hedge = check_hedge(hedge)
+        rate = check_rate(max_requests_per_second)
+        # one budget for every store root: the dataset's requests, wherever they go
+        self._budget = None if rate is None else RequestBudget(rate)
         self._locations: dict[str, StoreLocation] = {}
 
     def of(self, url: str) -> tuple[StoreLocation, str]:
@@ -396,7 +425,12 @@ class StoreLocations:
         root = f"{parts.scheme}://{parts.netloc}/"
         location = self._locations.get(root)
         if location is None:
-            location = self._locations[root] = StoreLocation(root, self._options)
+            location = self._locations[root] = StoreLocation(
+                root,
+                self._options,
+                hedge=getattr(self, "_hedge", False),
+                budget=getattr(self, "_budget", None),
+            )
         return location, parts.path.lstrip("/")
 
 

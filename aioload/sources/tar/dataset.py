@@ -164,6 +164,13 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         storage_options: the stores' options, one mapping for every shard's store:
             ``{"endpoint": ..., "region": ..., "access_key_id": ...}``, any option of
             :func:`~aioload.sources.open_store` (default: from the environment).
+        hedge: send a read again when it is slow, and take the first answer (see
+            :mod:`aioload.sources.stores.hedge`): True, after the 95th percentile of
+            the store's recent reads; a float, after that many seconds; False (the
+            default), never. At most about five hedges per hundred reads.
+        max_requests_per_second: the most GET requests a second the dataset sends, all
+            its copies in the loader's worker processes together (see
+            :mod:`aioload.sources.stores.budget`). Default: no limit.
 
     Example::
 
@@ -215,6 +222,8 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         split: Literal["samples", "shards"] | None = None,
         drop_last: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        hedge: bool | float = False,
+        max_requests_per_second: float | None = None,
     ) -> None:
         self.urls = expand_urls(urls)
         if not self.urls:
@@ -249,7 +258,9 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         self._indexes: list[ShardIndex] | None = None  # loaded once, sent to workers
         self._built: set[int] = set()  # shards whose index was built: no index file yet
         # One location per store root (scheme and bucket or host), built and checked now.
-        stores = StoreLocations(storage_options)
+        stores = StoreLocations(
+            storage_options, hedge=hedge, max_requests_per_second=max_requests_per_second
+        )
         self._objects: list[tuple[StoreLocation, str]] = []  # each shard's store and path
         for url in self.urls:
             location, path = stores.of(url)

@@ -52,6 +52,8 @@ async def read_index_file(location: StoreLocation, path: str, url: str) -> Shard
         ShardIndexError: the file is not a valid index.
     """
     where = url + INDEX_SUFFIX
+    if location.budget is not None:  # a request like any other of the dataset's
+        await location.budget.acquire()
     try:
         result = await obstore.get_async(location.store, path + INDEX_SUFFIX)
         data = await result.bytes_async()

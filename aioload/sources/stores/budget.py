@@ -29,6 +29,8 @@ import time
 import weakref
 from typing import Any
 
+from aioload.checks import is_real
+
 __all__ = ["RequestBudget", "check_rate"]
 
 _SLOT = struct.Struct("d")
@@ -44,7 +46,7 @@ def check_rate(rate: Any) -> float | None:
     """
     if rate is None:
         return None
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < float("inf"):
+    if not is_real(rate) or not 0 < float(rate) < float("inf"):
         raise ValueError(
             f"max_requests_per_second should be a number of requests > 0 (or None: no "
             f"budget); got {rate!r}"

@@ -3,8 +3,11 @@
 It serves the files under a folder by path (``GET``/``HEAD``, single byte
 ranges with ``206``), and can inject a fixed latency before every answer and
 answer a random share of requests with an error status (``503`` by default),
-which is what latency and retry tests need. obstore reads it as an
-``http://`` store.
+which is what latency and retry tests need. It can also cap the request rate
+(``rate_limit``: a token bucket; a request beyond it is answered ``503`` with a
+``Retry-After``), as a throttling object store does, and change its latency on a
+schedule (``latency_steps``), which is what tests and benchmarks of self-tuning
+reads need. obstore reads it as an ``http://`` store.
 
 It runs in a child Python process with its own uvloop
 loop, so that serving costs no CPU on the loader's loop or GIL, and the
@@ -18,6 +21,7 @@ import asyncio
 import ctypes
 import email.utils
 import json
+import math
 import os
 import random
 import select
@@ -25,17 +29,20 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["LOOPBACK_OPENER", "ObjectServer", "die_with_parent"]
+__all__ = ["LOOPBACK_OPENER", "RATE_BURST", "ObjectServer", "die_with_parent"]
 
 STATS_PATH = "/.aioload-stats"
 CONTROL_PATH = "/.aioload-control"
 _START_TIMEOUT = 60.0
+RATE_BURST = 0.05
+"""Seconds of ``rate_limit`` requests the server's token bucket holds: its burst."""
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -72,6 +79,13 @@ class ObjectServer:
             ``error_status`` instead, drawn from a generator seeded with ``seed``.
         seed: the seed of the error draws.
         error_status: the status of injected errors (503; 429, 500 ...).
+        rate_limit: the most object requests answered per second (None: no cap);
+            those beyond it are answered ``throttle_status`` with a ``Retry-After``
+            header (whole seconds, as HTTP has it) and ``Retry-After-Ms``. A token
+            bucket holding :data:`RATE_BURST` seconds' worth of requests.
+        throttle_status: the status of a request beyond ``rate_limit`` (503 or 429).
+        latency_steps: ``(seconds, latency)`` pairs: ``seconds`` after the server
+            starts its latency becomes ``latency`` (see :meth:`schedule_latency`).
 
     Attributes:
         url: ``http://127.0.0.1:PORT`` once started.
@@ -83,6 +97,10 @@ class ObjectServer:
             ...
             server.stats()   # {'requests': ..., 'errors': ..., 'bytes': ...}
             server.configure(error_rate=0.0)
+
+        with ObjectServer("data", rate_limit=2000, latency_steps=[(5.0, 0.08)]) as server:
+            ...
+            server.stats()["throttled"]   # requests answered 503 for the cap
     """
 
     def __init__(
@@ -93,6 +111,9 @@ class ObjectServer:
         error_rate: float = 0.0,
         seed: int = 0,
         error_status: int = 503,
+        rate_limit: float | None = None,
+        throttle_status: int = 503,
+        latency_steps: Sequence[tuple[float, float]] = (),
     ) -> None:
         root = os.fspath(root_folder)
         if not os.path.isdir(root):
@@ -107,6 +128,10 @@ class ObjectServer:
         self.error_rate = float(error_rate)
         self.seed = seed
         self.error_status = error_status
+        self.rate_limit = _check_rate_limit(rate_limit)
+        _check_status(throttle_status)
+        self.throttle_status = throttle_status
+        self.latency_steps = _check_steps(latency_steps)
         self.port: int | None = None
         self._process: Any = None
 
@@ -132,6 +157,9 @@ class ObjectServer:
             "error_rate": self.error_rate,
             "seed": self.seed,
             "error_status": self.error_status,
+            "rate_limit": self.rate_limit,
+            "throttle_status": self.throttle_status,
+            "latency_steps": self.latency_steps,
             "parent": os.getpid(),
         }
         # A fresh interpreter running this file, not multiprocessing: no re-import of the
@@ -177,6 +205,7 @@ class ObjectServer:
         """What the server has answered so far.
 
         ``requests`` (object requests answered), ``errors`` (injected errors among
+        them), ``throttled`` (those answered for ``rate_limit`` among
         them), ``bytes`` (body bytes sent) and ``most_in_flight`` (the most object
         requests it was answering at once, each counted from its arrival to its answer,
         latency included): how far a client's reads overlapped.
@@ -211,6 +240,37 @@ class ObjectServer:
         with LOOPBACK_OPENER.open(request, timeout=10) as answer:
             answer.read()
 
+    def limit_rate(self, rate_limit: float | None) -> None:
+        """Changes the running server's request-rate cap (None: no cap).
+
+        Example::
+
+            server.limit_rate(2000)   # requests/s; beyond: 503 + Retry-After
+        """
+        self.rate_limit = _check_rate_limit(rate_limit)
+        self._control({"rate_limit": self.rate_limit})
+
+    def schedule_latency(self, steps: Sequence[tuple[float, float]]) -> None:
+        """Has the running server's latency change on a schedule, from now.
+
+        Args:
+            steps: ``(seconds, latency)`` pairs: ``seconds`` from now the latency
+                becomes ``latency``; a new schedule replaces the one still pending.
+
+        Example::
+
+            server.schedule_latency([(2.0, 0.08)])   # 20 ms now, 80 ms from 2 s on
+        """
+        self.latency_steps = _check_steps(steps)
+        self._control({"latency_steps": self.latency_steps})
+
+    def _control(self, changes: dict[str, Any]) -> None:
+        request = urllib.request.Request(
+            self.url + CONTROL_PATH, data=json.dumps(changes).encode(), method="POST"
+        )
+        with LOOPBACK_OPENER.open(request, timeout=10) as answer:
+            answer.read()
+
     def __enter__(self) -> ObjectServer:
         return self.start()
 
@@ -225,6 +285,24 @@ class ObjectServer:
     def __repr__(self) -> str:
         where = self.url if self.port is not None else "not running"
         return f"ObjectServer({self.root_folder!r}, {where})"
+
+
+def _check_rate_limit(rate_limit: Any) -> float | None:
+    if rate_limit is None:
+        return None
+    if isinstance(rate_limit, bool) or not isinstance(rate_limit, int | float) or rate_limit <= 0:
+        raise ValueError(f"rate_limit should be a number of requests/s > 0; got {rate_limit!r}")
+    return float(rate_limit)
+
+
+def _check_steps(steps: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    checked = []
+    for step in steps:
+        at, latency = step
+        if not at >= 0 or not latency >= 0:
+            raise ValueError(f"a latency step should be (seconds >= 0, latency >= 0); got {step!r}")
+        checked.append((float(at), float(latency)))
+    return sorted(checked)
 
 
 def _check_status(status: Any) -> None:
@@ -249,6 +327,56 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
     return (start, end) if start < size and start < end else None
 
 
+class _TokenBucket:
+    """The server's request-rate cap: ``settings["rate_limit"]`` tokens a second, a burst of
+    :data:`RATE_BURST` seconds' worth; read from the settings at each request, so a change
+    through the control path applies at once."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._settings = settings
+        self._tokens = 0.0
+        self._at = time.monotonic()
+        self._rate: float | None = None
+
+    def take(self) -> float | None:
+        """None: the request may be answered; else the seconds until a token is free."""
+        rate = self._settings.get("rate_limit")
+        now = time.monotonic()
+        if not rate:
+            self._rate = None
+            return None
+        burst = max(1.0, rate * RATE_BURST)
+        if rate != self._rate:  # a new cap starts with a full bucket
+            self._rate, self._tokens, self._at = rate, burst, now
+        self._tokens = min(burst, self._tokens + (now - self._at) * rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return None
+        return (1.0 - self._tokens) / rate
+
+
+class _LatencySchedule:
+    """``settings["latency_steps"]``, applied: from the start (or the last schedule's arrival),
+    each step's latency replaces ``settings["latency"]`` once its time has come."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._settings = settings
+        self.restart()
+
+    def restart(self) -> None:
+        self._start = time.monotonic()
+        self._pending = [tuple(step) for step in self._settings.get("latency_steps") or ()]
+
+    def apply(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        elapsed = time.monotonic() - self._start
+        while pending and pending[0][0] <= elapsed:
+            self._settings["latency"] = pending.pop(0)[1]
+
+
 async def _main(
     settings: dict[str, Any],
 ) -> None:
@@ -256,7 +384,9 @@ async def _main(
 
     root = os.path.realpath(settings["root"])
     draws = random.Random(settings["seed"])
-    counts = {"requests": 0, "errors": 0, "bytes": 0, "most_in_flight": 0}
+    counts = {"requests": 0, "errors": 0, "throttled": 0, "bytes": 0, "most_in_flight": 0}
+    bucket = _TokenBucket(settings)
+    steps = _LatencySchedule(settings)
     in_flight = 0
     # request path -> (file, mtime_ns, size, body, headers): a file is resolved, read and
     # described once, and only checked with one stat() per request after that.
@@ -295,7 +425,10 @@ async def _main(
         if request.path == STATS_PATH:
             return web.Response(text=json.dumps(counts), content_type="application/json")
         if request.path == CONTROL_PATH and request.method == "POST":
-            settings.update(json.loads(await request.read()))
+            changes = json.loads(await request.read())
+            settings.update(changes)
+            if "latency_steps" in changes:
+                steps.restart()
             return web.Response(text="ok\n")
         in_flight += 1
         counts["most_in_flight"] = max(counts["most_in_flight"], in_flight)
@@ -306,6 +439,17 @@ async def _main(
 
     async def answer(request: web.BaseRequest) -> web.StreamResponse:
         counts["requests"] += 1
+        wait = bucket.take()
+        if wait is not None:  # beyond the cap: answered at once, as a throttling store does
+            counts["throttled"] += 1
+            headers = {
+                "Retry-After": str(max(1, math.ceil(wait))),
+                "Retry-After-Ms": str(max(1, math.ceil(wait * 1000))),
+            }
+            return web.Response(
+                status=settings["throttle_status"], text="slow down\n", headers=headers
+            )
+        steps.apply()
         latency, error_rate = settings["latency"], settings["error_rate"]
         if latency:
             await asyncio.sleep(latency)

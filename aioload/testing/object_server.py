@@ -340,7 +340,7 @@ class _TokenBucket:
 
     def take(self) -> float | None:
         """None: the request may be answered; else the seconds until a token is free."""
-        rate = self._settings.get("rate_limit")
+        rate: float | None = self._settings.get("rate_limit")
         now = time.monotonic()
         if not rate:
             self._rate = None

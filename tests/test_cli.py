@@ -489,3 +489,19 @@ def test_a_missing_extra_names_one_install_command(args: list[str], extra: str) 
     assert f"pip install 'aioload-data[{extra}]'" in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_stream_tunes_its_concurrency_and_says_where_it_settled(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, folder = shard_server
+    url = (folder / "raw").as_uri() + "/"
+    assert main(["stream", url, "--json", "--quiet", "--concurrency", "auto"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 25
+    assert report["concurrency"] == "auto"
+    assert isinstance(report["concurrency_settled"], int)
+    assert main(["stream", url, "--quiet", "--concurrency", "auto"]) == 0
+    assert "--concurrency auto (settled on " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["stream", url, "--concurrency", "many"])

@@ -52,6 +52,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "worker_info",
         "testing",
         "old_paths",
+        "version",
     ),
 )
 

@@ -98,6 +98,7 @@ class EpochRecorder:
         "cache_hits",
         "cache_misses",
         "collated",
+        "concurrency",
         "ended",
         "fetched",
         "items",
@@ -108,6 +109,7 @@ class EpochRecorder:
         "stall",
         "started",
         "store_bytes",
+        "throttles",
         "worker_restarts",
     )
 
@@ -140,6 +142,9 @@ class EpochRecorder:
         self.cache_hits = 0
         self.cache_misses = 0
         self.store_bytes = 0
+        self.throttles = 0
+        # worker (None: the loader's loop) -> its tuned limit, under concurrency="auto"
+        self.concurrency: dict[int | None, int] = {}
 
     # -- the loop's side ----------------------------------------------------
 
@@ -183,6 +188,13 @@ class EpochRecorder:
         self.cache_misses += counts.cache_misses
         self.store_bytes += counts.store_bytes
 
+    def tuned(self, worker: int | None, concurrency: int | None, throttles: int) -> None:
+        """A batch's outcome reports a loop's tuned limit (``concurrency="auto"``) and the
+        throttles it saw (the loop's side)."""
+        if concurrency is not None:
+            self.concurrency[worker] = concurrency
+        self.throttles += throttles
+
     # -- the consumer's side ------------------------------------------------
 
     def end(self) -> None:
@@ -207,7 +219,13 @@ class EpochRecorder:
             cache_hits=self.cache_hits,
             cache_misses=self.cache_misses,
             store_bytes=self.store_bytes,
+            throttles=self.throttles,
         )
+
+    def tuned_concurrency(self) -> int | None:
+        """The tuned limits of every loop that reported one, added up (None: none did)."""
+        limits = list(self.concurrency.values())
+        return sum(limits) if limits else None
 
     def gauges(self) -> Gauges:
         epoch = None if self._epoch is None or self.ended is not None else self._epoch()
@@ -249,6 +267,9 @@ class IterationStats:
             store instead.
         store_bytes: bytes the object-store datasets received from the store,
             with a cache or without.
+        throttles: reads the store answered "slow down" (503, 429) that reached
+            the loader (past obstore's own retries), as ``concurrency="auto"`` saw
+            them (0 without it).
 
     The last three come from the datasets (see :mod:`aioload.stats.source_counts`):
     a worker reports them with its next batch, so a span's figures include
@@ -266,6 +287,7 @@ class IterationStats:
     cache_hits: int = 0
     cache_misses: int = 0
     store_bytes: int = 0
+    throttles: int = 0
 
     @property
     def items_per_s(self) -> float:
@@ -318,10 +340,11 @@ def _fields(stats: IterationStats) -> tuple[Any, ...]:
         stats.cache_hits,
         stats.cache_misses,
         stats.store_bytes,
+        stats.throttles,
     )
 
 
-_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0)
+_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +371,9 @@ class LoaderStats:
             (``in_order=True``).
         ready: completed batches waiting for the consumer to take them (in the
             hand-off or the pin stage). Often > 0: the loader is ahead.
+        concurrency: under ``concurrency="auto"``, the item reads in flight the
+            latest iteration's tuner settled on (added up over the workers, each
+            tuning its own); None otherwise, or before its first report.
 
     ``str(stats)`` is a one-line summary (:meth:`format`); :meth:`as_dict`
     gives plain values for a logger or a metrics system.
@@ -379,6 +405,7 @@ class LoaderStats:
     items_in_flight: int
     reorder_buffer: int
     ready: int
+    concurrency: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as plain values: ``epoch`` and ``total`` as nested dicts with rates."""
@@ -403,6 +430,8 @@ class LoaderStats:
                 f" | cache hits {e.cache_hits}, misses {e.cache_misses}, "
                 f"from the store {_si(e.store_bytes)}B"
             )
+        if self.concurrency is not None:
+            faults += f" | concurrency auto: {self.concurrency}, throttles {e.throttles}"
         state = "running" if self.iterating else "done"
         return (
             f"epoch {self.epochs} ({state}): {e.batches} batches, {_si(e.items)} items, "
@@ -502,4 +531,5 @@ class StatsRecorder:
             items_in_flight=gauges[1],
             reorder_buffer=gauges[2],
             ready=gauges[3],
+            concurrency=None if latest is None else latest.tuned_concurrency(),
         )

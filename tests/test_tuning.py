@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -157,3 +158,22 @@ def test_bad_bounds_are_refused() -> None:
         ConcurrencyTuner(most=0)
     with pytest.raises(ValueError):
         ConcurrencyTuner(most=4, least=8)
+
+
+def test_noise_does_not_walk_the_limit_down() -> None:
+    # A store the client saturates at 4,000 reads/s (its CPU, say): more in flight only
+    # queue, and each measurement is a few percent off. Probes downward that lose "under
+    # 5 %" must not add up to a limit far below the knee.
+    draws = random.Random(0)
+    store = Store(latency=0.02, capacity=4000)
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    real = store.read_latency
+
+    def noisy(in_flight: int) -> float:
+        return real(in_flight) * (1.0 + 0.08 * (draws.random() - 0.5))
+
+    store.read_latency = noisy  # type: ignore[method-assign]
+    run = simulate(tuner, store, 60.0)
+    late = settled(run, 30.0)
+    assert sum(late) / len(late) >= 0.85 * 4000
+    assert min(run.limits[len(run.limits) // 2 :]) >= 0.5 * 80

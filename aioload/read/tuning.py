@@ -219,7 +219,9 @@ class ConcurrencyTuner:
         assert self._held is not None
         self._phase = "hold"
         if throughput >= self._held[1] * _KEEP_DOWN:
-            self._reference = throughput
+            # The held throughput stays the reference: lower limits kept one after the
+            # other, each "under 5 %" off the last, must not add up to a large loss.
+            self._reference = self._held[1]
             return self._set(now, self.limit)
         self._reference = self._held[1]
         return self._set(now, self._held[0])

@@ -123,7 +123,7 @@ class DataLoader(Generic[T_co]):
         persistent_workers: bool
         pin_memory_device: str
         in_order: bool
-        concurrency: int | None
+        concurrency: int | Literal["auto"] | None
         max_worker_restarts: int
         retry: RetryPolicy | None
         item_timeout: float | None
@@ -155,7 +155,7 @@ class DataLoader(Generic[T_co]):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        concurrency: int | None = None,
+        concurrency: int | Literal["auto"] | None = None,
         max_worker_restarts: int = DEFAULT_MAX_WORKER_RESTARTS,
         retry: RetryPolicy | None = None,
         item_timeout: float | None = None,

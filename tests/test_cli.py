@@ -518,3 +518,19 @@ def test_a_ctrl_c_during_the_demos_cleanup_still_removes_its_folder(
             Path(folder, name).write_bytes(b"x")
     assert len(calls) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stream_tunes_its_concurrency_and_says_where_it_settled(
+    shard_server: tuple[ObjectServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, folder = shard_server
+    url = (folder / "raw").as_uri() + "/"
+    assert main(["stream", url, "--json", "--quiet", "--concurrency", "auto"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 25
+    assert report["concurrency"] == "auto"
+    assert isinstance(report["concurrency_settled"], int)
+    assert main(["stream", url, "--quiet", "--concurrency", "auto"]) == 0
+    assert "--concurrency auto (settled on " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["stream", url, "--concurrency", "many"])

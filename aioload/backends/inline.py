@@ -2,7 +2,9 @@
 
 - Async datasets are awaited on the loop; the items of every batch in the
   window run concurrently through one :class:`~aioload.read.eager.ItemPool`, capped
-  at ``concurrency`` items in flight.
+  at ``concurrency`` items in flight. Under ``concurrency="auto"`` that cap is tuned
+  as items finish (:class:`~aioload.read.tuning.AutoConcurrency`), and the outcomes
+  carry the new cap and the throttles seen to the loader's stats.
 - Sync datasets are read in a worker thread when the loop belongs to the
   caller (``async for``), so the caller's loop never blocks: one fetch at a
   time, or up to ``concurrency`` threads' worth when the dataset declares
@@ -41,6 +43,8 @@ from aioload.backends.base import Outcome, OutcomeSink
 from aioload.backends.threads import when_done_on_loop
 from aioload.read.eager import ItemPool
 from aioload.read.reader import BatchReader
+from aioload.read.tuning import AutoConcurrency
+from aioload.settings.checks import AUTO_START_CONCURRENCY
 from aioload.settings.window import THREADS_FOR_THREAD_SAFE
 
 __all__ = ["InlineBackend"]
@@ -156,7 +160,9 @@ class InlineBackend:
 
     Args:
         reader: reads and collates one batch.
-        concurrency: the most async item fetches in flight.
+        concurrency: the most async item fetches in flight (under
+            ``concurrency="auto"``, the most the tuner may set).
+        auto: tune the limit (``concurrency="auto"``); None: the reader's setup says.
         offload_sync: read sync datasets in a thread (the loop is the caller's,
             or a sync read's retries must not hold the loop up).
         task_group: the epoch's scope; every task this backend starts lives in it.
@@ -171,6 +177,7 @@ class InlineBackend:
         offload_sync: bool,
         task_group: anyio.abc.TaskGroup,
         sink: OutcomeSink,
+        auto: bool | None = None,
     ) -> None:
         self._reader = reader
         self._tg = task_group
@@ -178,7 +185,16 @@ class InlineBackend:
         self._exhausted = False
         protocol = reader.protocol
         self._offload = offload_sync and not protocol.is_async
-        self._pool = ItemPool(concurrency)
+        if auto is None:
+            auto = reader.auto_concurrency
+        self._auto: AutoConcurrency | None = None
+        self._reported: int | None = None  # the tuned limit the last outcome carried
+        if auto and protocol.is_async and not protocol.iterable:
+            self._auto = AutoConcurrency(most=concurrency, start=AUTO_START_CONCURRENCY)
+            self._pool = ItemPool(self._auto.limit, observer=self._auto)
+            self._deliver = self._deliver_tuned
+        else:
+            self._pool = ItemPool(concurrency)
         self._loop = asyncio.get_running_loop()
         self._thread_count = (
             min(concurrency, THREADS_FOR_THREAD_SAFE)
@@ -204,6 +220,22 @@ class InlineBackend:
     @property
     def exhausted(self) -> bool:
         return self._exhausted
+
+    @property
+    def concurrency(self) -> int:
+        """The most item fetches in flight now (tuned under ``concurrency="auto"``)."""
+        return self._pool.limit
+
+    def _deliver_tuned(self, outcome: Outcome) -> None:
+        """Delivers ``outcome`` with the tuned limit (when it moved) and the throttles seen."""
+        auto = self._auto
+        assert auto is not None
+        limit = auto.limit
+        throttles = auto.take_throttles()
+        if limit != self._reported or throttles:
+            self._reported = limit
+            outcome = outcome._replace(concurrency=limit, throttles=throttles)
+        self._sink.deliver(outcome)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -56,9 +56,10 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--workers", type=int, default=0, help="worker processes (default: 0)")
     parser.add_argument(
         "--concurrency",
-        type=int,
+        type=_concurrency,
         default=None,
-        help="reads in flight per event loop (default: the loader's)",
+        help="reads in flight per event loop, or 'auto': tuned while reading "
+        "(default: the loader's)",
     )
     parser.add_argument("--limit", type=int, default=None, help="stop after N samples")
     add_store_arguments(parser)
@@ -101,11 +102,21 @@ class _Limited:
             count += 1
 
 
+def _concurrency(text: str) -> int | str:
+    """``--concurrency``: a number, or ``auto``."""
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"should be a number or 'auto'; got {text!r}") from None
+
+
 def run(arguments: argparse.Namespace) -> int:
     """Runs the command (see the module docstring); returns the exit code."""
     for name in ("batch_size", "concurrency", "limit"):
         value = getattr(arguments, name)
-        if value is not None and value < 1:
+        if isinstance(value, int) and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} should be >= 1; got {value}", 2)
     if arguments.workers < 0:
         raise CommandError(f"--workers should be >= 0; got {arguments.workers}", 2)
@@ -240,6 +251,9 @@ def _measure(loader: Any, arguments: argparse.Namespace, tar: bool) -> dict[str,
         "batch_size": arguments.batch_size,
         "concurrency": loader.concurrency,
     }
+    if loader.concurrency == "auto":
+        # What the tuner settled on (None: nothing to tune, a stream of shards say).
+        report["concurrency_settled"] = loader.stats().concurrency
     if latencies:
         seconds = np.concatenate(latencies)
         for q in (50, 90, 99):
@@ -264,9 +278,11 @@ def _print(report: dict[str, Any], arguments: argparse.Namespace) -> None:
             "read latency: "
             + ", ".join(f"p{q} {report[f'latency_p{q}_ms']:.1f} ms" for q in (50, 90, 99))
         )
+    settled = report.get("concurrency_settled")
     print(
         f"settings: --format {report['format']} --workers {report['workers']} "
         f"--batch-size {report['batch_size']} --concurrency {report['concurrency']}"
+        + ("" if settled is None else f" (settled on {settled} reads in flight)")
     )
     if "format_chosen" in report:
         print(f"format: {report['format_chosen']}")

@@ -131,13 +131,28 @@ class Retrier:
         """Seconds to wait after failed attempt number ``attempt`` (the policy's backoff)."""
         return 0.0 if self._retry is None else self._retry.delay(attempt, self._rng)
 
-    async def backoff(self, attempt: int) -> None:
-        """Waits the backoff after failed attempt number ``attempt`` (on an event loop)."""
-        await asyncio.sleep(self.delay(attempt))
+    def delay_after(self, error: BaseException, attempt: int) -> float:
+        """Seconds to wait after attempt ``attempt`` failed with ``error``: the ``Retry-After``
+        a throttling store asked for (the error's ``retry_after``, in seconds), when it
+        says and that is longer than the policy's backoff; the backoff otherwise."""
+        delay = self.delay(attempt)
+        asked = getattr(error, "retry_after", None)
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and asked > delay:
+            # Jittered like the backoff (between it and 1.5 times it): readers throttled
+            # together must not come back together.
+            return float(asked) * (1.0 + 0.5 * self._rng.random())
+        return delay
 
-    def backoff_sync(self, attempt: int) -> bool:
+    async def backoff(self, attempt: int, error: BaseException | None = None) -> None:
+        """Waits the backoff after failed attempt number ``attempt`` (on an event loop)."""
+        await asyncio.sleep(
+            self.delay(attempt) if error is None else self.delay_after(error, attempt)
+        )
+
+    def backoff_sync(self, attempt: int, error: BaseException | None = None) -> bool:
         """Waits the backoff in a thread; False when the epoch closed meanwhile (give up)."""
-        return not self._closed.wait(self.delay(attempt))
+        wait = self.delay(attempt) if error is None else self.delay_after(error, attempt)
+        return not self._closed.wait(wait)
 
     def close(self) -> None:
         """The epoch is closing: sync backoff waits end, and nothing is retried (any thread)."""
@@ -183,7 +198,7 @@ class Retrier:
                     return Attempted(read(*args), None, attempt)
                 return Attempted(self._abandon_after(timeout, read, args, what), None, attempt)
             except Exception as error:
-                if not self.again(error, attempt) or not self.backoff_sync(attempt):
+                if not self.again(error, attempt) or not self.backoff_sync(attempt, error):
                     return Attempted(None, error, attempt)
 
     async def attempts(
@@ -215,7 +230,8 @@ class Retrier:
             except Exception as error:
                 if not self.again(error, attempt):
                     return Attempted(None, error, attempt)
-            await self.backoff(attempt)
+                failed = error
+            await self.backoff(attempt, failed)
 
     async def _timed(
         self,

@@ -434,6 +434,8 @@ class Epoch:
             self.stats.add_retries(outcome.retries)
         if outcome.counts is not None:
             self.stats.add_counts(outcome.counts)
+        if outcome.concurrency is not None or outcome.throttles:
+            self.stats.tuned(outcome.worker, outcome.concurrency, outcome.throttles)
         skipped = outcome.skipped
         if skipped:
             self.stats.skipped += len(skipped)

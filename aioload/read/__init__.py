@@ -11,8 +11,11 @@ Modules:
   and the ``Fetcher`` / ``GuardedFetcher`` of map-style reads;
 - ``streams``: ``StreamReader``, an iterable dataset's batches, guarded or not;
 - ``eager``: ``ItemPool``, many item coroutines in flight on one loop;
+- ``tuning``: ``ConcurrencyTuner`` and ``AutoConcurrency``, ``concurrency="auto"``'s
+  controller of an ``ItemPool``'s limit;
 - ``outcome``: ``Outcome``, what reading one batch came to.
 
 Used by the backends: ``BatchReader``, ``WorkerSetup``, ``ItemPool``, ``Outcome``,
-``inspect_dataset``. Nothing is re-exported here: import each name from its module.
+``inspect_dataset``, ``AutoConcurrency``. Nothing is re-exported here: import each name
+from its module.
 """

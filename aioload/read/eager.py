@@ -30,19 +30,26 @@ and no runner waits for it, then at most one per item that suspends), none
 under steady load. A runner that finds no work (or no free slot) waits
 for work if no other runner does, and otherwise ends; a stream of
 never-suspending items costs no task at all beyond that one runner.
+
+Why the limit may move: ``concurrency="auto"`` tunes it while items run
+(:mod:`aioload.read.tuning`). An *observer* is told when each item that suspended
+finishes, and may answer a new limit; :meth:`ItemPool.set_limit` takes it. A lower
+limit takes effect as items finish (none is interrupted); a higher one calls a
+runner for the new slots at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from aioload.groups import reported
 
-__all__ = ["ItemPool"]
+__all__ = ["ItemObserver", "ItemPool"]
 
 Done = Callable[[Sequence[Any] | None, BaseException | None], None]
 
@@ -106,6 +113,16 @@ class _Group:
         self.next = len(self.items)
 
 
+class ItemObserver(Protocol):
+    """Told of each item that suspended when it finishes (see :mod:`aioload.read.tuning`)."""
+
+    clock: Callable[[], float]
+
+    def item_done(self, started: float) -> int | None:
+        """The item started at ``started`` (``clock()``) finished: the limit from now on
+        (None: unchanged)."""
+
+
 class ItemPool:
     """Runs item awaitables concurrently on the current loop, at most ``limit`` in flight.
 
@@ -115,6 +132,8 @@ class ItemPool:
     Args:
         limit: the most items started and not yet finished at any moment,
             across every submission.
+        observer: told of each item that suspended when it finishes; the limit it
+            answers replaces the pool's (None: the limit is fixed).
 
     Example::
 
@@ -124,15 +143,39 @@ class ItemPool:
         await pool.aclose()
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, observer: ItemObserver | None = None) -> None:
         if limit < 1:
             raise ValueError(f"the item concurrency limit must be >= 1; got {limit}")
+        self._limit = limit
+        self._observer = observer
+        self._clock = time.monotonic if observer is None else observer.clock
+        # Free slots; below zero after the limit was lowered under the items running.
         self._free = limit
         self._groups: deque[_Group] = deque()
         self._calling = False  # a runner was called for the free slots and has not run yet
         self._idle: asyncio.Future[None] | None = None  # the runner waiting for work
         self._runners: set[asyncio.Task[None]] = set()
         self._closed = False
+
+    @property
+    def limit(self) -> int:
+        """The most items in flight at once, now."""
+        return self._limit
+
+    def set_limit(self, limit: int) -> None:
+        """Changes the limit: lower, running items go on and no new one starts until
+        fewer run; higher, the new slots are filled at once.
+
+        Example::
+
+            pool.set_limit(512)
+        """
+        if limit < 1:
+            raise ValueError(f"the item concurrency limit must be >= 1; got {limit}")
+        self._free += limit - self._limit
+        self._limit = limit
+        if self._free > 0 and not self._calling and self._queued():
+            self._call()
 
     def submit(self, items: Sequence[Any], done: Done) -> None:
         """Resolves every awaitable in ``items`` (plain values pass through).
@@ -146,7 +189,7 @@ class ItemPool:
             return
         self._groups.append(_Group(items, done))
         # With no free slot, the runner whose item finishes first starts these.
-        if self._free and not self._calling:
+        if self._free > 0 and not self._calling:
             self._call()
 
     def _call(self) -> None:
@@ -167,7 +210,7 @@ class ItemPool:
         self._runners.discard(runner)
         # A runner that died (cancelled, done() raised, or a cancellation raised
         # in an item) gave its slot back without starting the next item.
-        if self._free and not self._calling and self._queued():
+        if self._free > 0 and not self._calling and self._queued():
             self._call()
 
     def _queued(self) -> bool:
@@ -195,7 +238,7 @@ class ItemPool:
         loop = asyncio.get_running_loop()
         self._calling = False
         while True:
-            if not self._free or not self._queued():
+            if self._free <= 0 or not self._queued():
                 if self._closed or self._idle is not None:
                     return
                 idle = self._idle = loop.create_future()
@@ -213,6 +256,7 @@ class ItemPool:
             group.next += 1
             item = group.items[index]
             step = _stepper(item)
+            started = self._clock() if self._observer is not None else 0.0
             if step is None:
                 self._free += 1
                 group.finish(index, item)
@@ -232,7 +276,7 @@ class ItemPool:
                 continue
             # The item suspended: this runner drives it to its end, so another
             # runner is called for the free slots.
-            if self._free and not self._calling and self._queued():
+            if self._free > 0 and not self._calling and self._queued():
                 self._call()
             try:
                 value = await _resume(step, yielded)
@@ -246,6 +290,11 @@ class ItemPool:
                 # The slot is released after done() ran, so work submitted from
                 # done() is started by this runner, not by a newly called one.
                 self._free += 1
+            observer = self._observer
+            if observer is not None:
+                limit = observer.item_done(started)
+                if limit is not None and limit != self._limit:
+                    self.set_limit(limit)
 
 
 def _stepper(item: Any) -> Any:

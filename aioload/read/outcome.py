@@ -38,6 +38,11 @@ class Outcome(NamedTuple):
         counts: what the dataset's reads came to since the previous outcome
             (cache hits, bytes from the store: :mod:`aioload.stats.source_counts`);
             None when the dataset counts nothing or nothing changed.
+        concurrency: ``concurrency="auto"``: the tuned limit of the loop that read it,
+            when it changed since that loop's previous outcome (None: unchanged, or
+            not tuned).
+        throttles: reads the store throttled (503, 429) since that loop's previous
+            outcome, as the tuner saw them.
     """
 
     seq: int
@@ -50,3 +55,5 @@ class Outcome(NamedTuple):
     empty: bool = False
     end: bool = False
     counts: SourceCounts | None = None
+    concurrency: int | None = None
+    throttles: int = 0

@@ -72,6 +72,8 @@ class WorkerSetup:
             sequences (from a batch sampler), an iterable's samples are batched.
         drop_last: drop each worker's last incomplete batch (iterable datasets).
         concurrency: the most item fetches in flight on one event loop.
+        auto_concurrency: ``concurrency="auto"``: the limit is tuned while reading
+            (:mod:`aioload.read.tuning`), up to ``concurrency``.
         num_workers: how many workers the loader has.
         policy: the loader's fault policy (None: torch's behaviour).
         track_stream_state: an iterable dataset with ``state_dict``: take its
@@ -93,6 +95,7 @@ class WorkerSetup:
     num_workers: int
     policy: FaultPolicy | None = None
     track_stream_state: bool = False
+    auto_concurrency: bool = False
     ranks: LauncherRanks | None = None
 
 
@@ -126,6 +129,7 @@ class BatchReader:
         collate: Callable[[Any], Any] | None = None,
     ) -> None:
         self.protocol = protocol
+        self.auto_concurrency = setup.auto_concurrency
         self._dataset = setup.dataset
         self._fetcher = fetcher = Fetcher(setup.dataset, protocol)
         self._collate = collate if collate is not None else setup.collate_fn

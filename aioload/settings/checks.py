@@ -23,7 +23,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 from aioload.checks import is_int
 from aioload.samplers.builtin import BatchSampler, RandomSampler, SequentialSampler
@@ -31,6 +31,8 @@ from aioload.samplers.offered import offered_sampler
 from aioload.samplers.shuffling import Rng
 
 __all__ = [
+    "AUTO_MOST_CONCURRENCY",
+    "AUTO_START_CONCURRENCY",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_WORKER_RESTARTS",
     "build_samplers",
@@ -50,6 +52,13 @@ __all__ = [
 
 DEFAULT_CONCURRENCY = 256
 """Async item fetches in flight at once on one event loop unless ``concurrency`` says otherwise."""
+
+AUTO_MOST_CONCURRENCY = 4096
+"""The highest limit ``concurrency="auto"`` tunes to, on one event loop (the window, sized
+for it, holds it to its memory budget)."""
+
+AUTO_START_CONCURRENCY = 16
+"""The limit ``concurrency="auto"`` starts from."""
 
 DEFAULT_MAX_WORKER_RESTARTS = 3
 """Worker deaths one epoch survives (by restarting the worker) unless told otherwise."""
@@ -92,12 +101,18 @@ def check_persistent_workers(persistent_workers: bool, *, num_workers: int, exec
         raise ValueError("persistent_workers option needs num_workers > 0")
 
 
-def check_concurrency(concurrency: Any) -> int:
-    """``concurrency`` checked; None is :data:`DEFAULT_CONCURRENCY`."""
+def check_concurrency(concurrency: Any) -> int | Literal["auto"]:
+    """``concurrency`` checked; None is :data:`DEFAULT_CONCURRENCY`.
+
+    ``"auto"`` (aioload's own value: torch has no such argument) has the loader tune
+    it while it reads (:mod:`aioload.read.tuning`).
+    """
     if concurrency is None:
         return DEFAULT_CONCURRENCY
+    if concurrency == "auto" and isinstance(concurrency, str):
+        return "auto"
     if not is_int(concurrency):
-        raise TypeError(f"concurrency should be an int; got {concurrency!r}")
+        raise TypeError(f"concurrency should be an int or 'auto'; got {concurrency!r}")
     if concurrency < 1:
         raise ValueError(f"concurrency should be at least 1; got {concurrency}")
     return concurrency

@@ -36,6 +36,7 @@ from aioload.ranks import ranks_for_workers
 from aioload.read.reader import WorkerSetup
 from aioload.samplers.builtin import GeneratorLike, as_generator
 from aioload.settings.checks import (
+    AUTO_MOST_CONCURRENCY,
     DEFAULT_MAX_WORKER_RESTARTS,
     build_samplers,
     check_concurrency,
@@ -155,6 +156,13 @@ class LoaderSettings:
             loop (default :data:`~aioload.DEFAULT_CONCURRENCY` = 256). With an async
             dataset every item of every batch in the window is fetched
             concurrently up to this cap. With workers, the cap is per worker.
+            ``"auto"`` (aioload's own; torch has no such argument) tunes it while
+            the loader reads: from :data:`~aioload.settings.checks.AUTO_START_CONCURRENCY`,
+            up while throughput grows, down when latency rises without a gain or the
+            store throttles, at most
+            :data:`~aioload.settings.checks.AUTO_MOST_CONCURRENCY` within the window's
+            memory budget; ``loader.stats().concurrency`` shows where it stands
+            (see the docs' "Tuning reads").
         max_worker_restarts: worker processes that die (killed, out of memory,
             ``os._exit``) are restarted and the batches they held are fetched
             again, so the epoch still yields every sample exactly once; after
@@ -260,7 +268,7 @@ class LoaderSettings:
     persistent_workers: bool = False
     pin_memory_device: str = field(default="", metadata=_LIVE)
     in_order: bool = True
-    concurrency: int | None = None
+    concurrency: int | Literal["auto"] | None = None
     max_worker_restarts: int = field(default=DEFAULT_MAX_WORKER_RESTARTS, metadata=_LIVE)
     retry: RetryPolicy | None = None
     item_timeout: float | None = None
@@ -278,6 +286,7 @@ class LoaderSettings:
     sampler_offered: bool = field(init=False, repr=False)
     window: int = field(init=False, repr=False)
     window_bytes: int | None = field(init=False, repr=False)
+    most_concurrency: int = field(init=False, repr=False)
 
     def __post_init__(self, collate_defaults: tuple[Collate, Collate]) -> None:
         # torch's order: the first error found is the one raised.
@@ -289,6 +298,8 @@ class LoaderSettings:
             self.persistent_workers, num_workers=num_workers, executor=executor
         )
         concurrency = check_concurrency(self.concurrency)
+        # "auto" tunes a limit up to this; the window is sized for it.
+        most_concurrency = AUTO_MOST_CONCURRENCY if concurrency == "auto" else concurrency
         check_in_order(self.in_order)
         check_multiprocessing_context(self.multiprocessing_context, num_workers=num_workers)
         check_max_worker_restarts(self.max_worker_restarts)
@@ -331,7 +342,7 @@ class LoaderSettings:
             protocol,
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
-            concurrency=concurrency,
+            concurrency=most_concurrency,
             batch_size=batch_size,
             batch_sampler=batch_sampler,
             executor=executor,
@@ -353,6 +364,7 @@ class LoaderSettings:
             "sampler_offered": offered,
             "window": window,
             "window_bytes": window_bytes,
+            "most_concurrency": most_concurrency,
         }
         for name, value in settled.items():
             object.__setattr__(self, name, value)  # frozen: settled here, once
@@ -394,7 +406,8 @@ class LoaderSettings:
             batch_size=self.batch_size,
             auto_collation=self.auto_collation,
             drop_last=self.drop_last,
-            concurrency=self.concurrency,
+            concurrency=self.most_concurrency,
+            auto_concurrency=self.concurrency == "auto",
             num_workers=self.num_workers,
             policy=self.policy,
             track_stream_state=track_stream_state,

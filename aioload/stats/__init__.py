@@ -6,6 +6,8 @@ Modules:
   and the ``EpochRecorder`` the pipeline and the backends write to;
 - ``source_counts``: ``SourceCounter`` / ``SourceCounts``, what a dataset counts of its
   reads (cache hits, bytes from the store);
+- ``throttles``: the process's count of reads a store throttled (503, 429), which
+  ``concurrency="auto"`` backs off on;
 - ``measure``: the bytes and length of a batch, cheaply;
 - ``progress``: ``progress(loader)``, a tqdm bar (tqdm imported on first use).
 

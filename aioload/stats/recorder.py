@@ -98,6 +98,7 @@ class EpochRecorder:
         "cache_hits",
         "cache_misses",
         "collated",
+        "concurrency",
         "ended",
         "fetched",
         "hedges",
@@ -110,6 +111,7 @@ class EpochRecorder:
         "started",
         "store_bytes",
         "store_requests",
+        "throttles",
         "worker_restarts",
     )
 
@@ -144,6 +146,9 @@ class EpochRecorder:
         self.store_bytes = 0
         self.store_requests = 0
         self.hedges = 0
+        self.throttles = 0
+        # worker (None: the loader's loop) -> its tuned limit, under concurrency="auto"
+        self.concurrency: dict[int | None, int] = {}
 
     # -- the loop's side ----------------------------------------------------
 
@@ -189,6 +194,13 @@ class EpochRecorder:
         self.store_requests += counts.requests
         self.hedges += counts.hedges
 
+    def tuned(self, worker: int | None, concurrency: int | None, throttles: int) -> None:
+        """A batch's outcome reports a loop's tuned limit (``concurrency="auto"``) and the
+        throttles it saw (the loop's side)."""
+        if concurrency is not None:
+            self.concurrency[worker] = concurrency
+        self.throttles += throttles
+
     # -- the consumer's side ------------------------------------------------
 
     def end(self) -> None:
@@ -215,7 +227,13 @@ class EpochRecorder:
             store_bytes=self.store_bytes,
             store_requests=self.store_requests,
             hedges=self.hedges,
+            throttles=self.throttles,
         )
+
+    def tuned_concurrency(self) -> int | None:
+        """The tuned limits of every loop that reported one, added up (None: none did)."""
+        limits = list(self.concurrency.values())
+        return sum(limits) if limits else None
 
     def gauges(self) -> Gauges:
         epoch = None if self._epoch is None or self.ended is not None else self._epoch()
@@ -261,6 +279,9 @@ class IterationStats:
             included); ``requests_per_s`` is their rate.
         hedges: reads sent a second time because the first was slow (``hedge=``
             of the object-store datasets).
+        throttles: reads the store answered "slow down" (503, 429) that reached
+            the loader (past obstore's own retries), as ``concurrency="auto"`` saw
+            them (0 without it).
 
     The last five come from the datasets (see :mod:`aioload.stats.source_counts`):
     a worker reports them with its next batch, so a span's figures include
@@ -285,6 +306,8 @@ class IterationStats:
     def requests_per_s(self) -> float:
         """GET requests sent to the store per second of iteration."""
         return self.store_requests / self.seconds if self.seconds > 0 else 0.0
+
+    throttles: int = 0
 
     @property
     def items_per_s(self) -> float:
@@ -340,10 +363,11 @@ def _fields(stats: IterationStats) -> tuple[Any, ...]:
         stats.store_bytes,
         stats.store_requests,
         stats.hedges,
+        stats.throttles,
     )
 
 
-_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0)
+_ZERO = IterationStats(0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +394,9 @@ class LoaderStats:
             (``in_order=True``).
         ready: completed batches waiting for the consumer to take them (in the
             hand-off or the pin stage). Often > 0: the loader is ahead.
+        concurrency: under ``concurrency="auto"``, the item reads in flight the
+            latest iteration's tuner settled on (added up over the workers, each
+            tuning its own); None otherwise, or before its first report.
 
     ``str(stats)`` is a one-line summary (:meth:`format`); :meth:`as_dict`
     gives plain values for a logger or a metrics system.
@@ -401,6 +428,7 @@ class LoaderStats:
     items_in_flight: int
     reorder_buffer: int
     ready: int
+    concurrency: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as plain values: ``epoch`` and ``total`` as nested dicts with rates."""
@@ -429,6 +457,8 @@ class LoaderStats:
             faults += f" | requests {_si(e.store_requests)} ({_si(e.requests_per_s)}/s)"
         if e.hedges:
             faults += f", hedges {e.hedges}"
+        if self.concurrency is not None:
+            faults += f" | concurrency auto: {self.concurrency}, throttles {e.throttles}"
         state = "running" if self.iterating else "done"
         return (
             f"epoch {self.epochs} ({state}): {e.batches} batches, {_si(e.items)} items, "
@@ -528,4 +558,5 @@ class StatsRecorder:
             items_in_flight=gauges[1],
             reorder_buffer=gauges[2],
             ready=gauges[3],
+            concurrency=None if latest is None else latest.tuned_concurrency(),
         )

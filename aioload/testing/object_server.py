@@ -3,11 +3,13 @@
 It serves the files under a folder by path (``GET``/``HEAD``, single byte
 ranges with ``206``), and can inject a fixed latency before every answer and
 answer a random share of requests with an error status (``503`` by default),
-which is what latency and retry tests need; it can also delay a random share of
-requests by much more (``tail=(0.01, 1.0)``: a heavy tail, for hedged reads), and
-it notes when each request arrived (:meth:`ObjectServer.arrivals`,
-:func:`most_in_window`), for tests of a request budget. obstore reads it as an
-``http://`` store.
+which is what latency and retry tests need. It can also delay a random share of
+requests by much more (``tail=(0.01, 1.0)``: a heavy tail, for hedged reads), cap the
+request rate (``rate_limit``: a token bucket; a request beyond it is answered ``503`` with a
+``Retry-After``), as a throttling object store does, and change its latency on a schedule
+(``latency_steps``), for self-tuning reads; it notes when each request arrived
+(:meth:`ObjectServer.arrivals`, :func:`most_in_window`), for tests of a request budget.
+obstore reads it as an ``http://`` store.
 
 It runs in a child Python process with its own uvloop
 loop, so that serving costs no CPU on the loader's loop or GIL, and the
@@ -22,6 +24,7 @@ import asyncio
 import ctypes
 import email.utils
 import json
+import math
 import os
 import random
 import select
@@ -31,17 +34,28 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["LOOPBACK_OPENER", "ObjectServer", "die_with_parent", "most_in_window", "per_second"]
+from aioload.checks import is_real
+
+__all__ = [
+    "LOOPBACK_OPENER",
+    "RATE_BURST",
+    "ObjectServer",
+    "die_with_parent",
+    "most_in_window",
+    "per_second",
+]
 
 STATS_PATH = "/.aioload-stats"
 CONTROL_PATH = "/.aioload-control"
 ARRIVALS_PATH = "/.aioload-arrivals"
 _START_TIMEOUT = 60.0
+RATE_BURST = 0.05
+"""Seconds of ``rate_limit`` requests the server's token bucket holds: its burst."""
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -82,6 +96,13 @@ class ObjectServer:
             more before it is answered (a heavy tail), drawn from a generator of its own
             seeded with ``seed`` (the same requests are slow on every run with the same
             seed and order, and the error draws do not change with it).
+        rate_limit: the most object requests answered per second (None: no cap);
+            those beyond it are answered ``throttle_status`` with a ``Retry-After``
+            header (whole seconds, as HTTP has it) and ``Retry-After-Ms``. A token
+            bucket holding :data:`RATE_BURST` seconds' worth of requests.
+        throttle_status: the status of a request beyond ``rate_limit`` (503 or 429).
+        latency_steps: ``(seconds, latency)`` pairs: ``seconds`` after the server
+            starts its latency becomes ``latency`` (see :meth:`schedule_latency`).
 
     Attributes:
         url: ``http://127.0.0.1:PORT`` once started.
@@ -97,6 +118,10 @@ class ObjectServer:
         with ObjectServer("data", latency=0.005, tail=(0.01, 1.0)) as server:
             ...
             most_in_window(server.arrivals())   # the most requests in any 1 s
+
+        with ObjectServer("data", rate_limit=2000, latency_steps=[(5.0, 0.08)]) as server:
+            ...
+            server.stats()["throttled"]   # requests answered 503 for the cap
     """
 
     def __init__(
@@ -108,6 +133,9 @@ class ObjectServer:
         seed: int = 0,
         error_status: int = 503,
         tail: tuple[float, float] | None = None,
+        rate_limit: float | None = None,
+        throttle_status: int = 503,
+        latency_steps: Sequence[tuple[float, float]] = (),
     ) -> None:
         root = os.fspath(root_folder)
         if not os.path.isdir(root):
@@ -123,6 +151,10 @@ class ObjectServer:
         self.error_rate = float(error_rate)
         self.seed = seed
         self.error_status = error_status
+        self.rate_limit = _check_rate_limit(rate_limit)
+        _check_status(throttle_status)
+        self.throttle_status = throttle_status
+        self.latency_steps = _check_steps(latency_steps)
         self.port: int | None = None
         self._process: Any = None
 
@@ -149,6 +181,9 @@ class ObjectServer:
             "seed": self.seed,
             "error_status": self.error_status,
             "tail": self.tail,
+            "rate_limit": self.rate_limit,
+            "throttle_status": self.throttle_status,
+            "latency_steps": self.latency_steps,
             "parent": os.getpid(),
         }
         # A fresh interpreter running this file, not multiprocessing: no re-import of the
@@ -194,6 +229,7 @@ class ObjectServer:
         """What the server has answered so far.
 
         ``requests`` (object requests answered), ``errors`` (injected errors among
+        them), ``throttled`` (those answered for ``rate_limit`` among
         them), ``bytes`` (body bytes sent) and ``most_in_flight`` (the most object
         requests it was answering at once, each counted from its arrival to its answer,
         latency included): how far a client's reads overlapped.
@@ -233,6 +269,37 @@ class ObjectServer:
         if error_status is not None:
             _check_status(error_status)
             changes["error_status"] = self.error_status = error_status
+        request = urllib.request.Request(
+            self.url + CONTROL_PATH, data=json.dumps(changes).encode(), method="POST"
+        )
+        with LOOPBACK_OPENER.open(request, timeout=10) as answer:
+            answer.read()
+
+    def limit_rate(self, rate_limit: float | None) -> None:
+        """Changes the running server's request-rate cap (None: no cap).
+
+        Example::
+
+            server.limit_rate(2000)   # requests/s; beyond: 503 + Retry-After
+        """
+        self.rate_limit = _check_rate_limit(rate_limit)
+        self._control({"rate_limit": self.rate_limit})
+
+    def schedule_latency(self, steps: Sequence[tuple[float, float]]) -> None:
+        """Has the running server's latency change on a schedule, from now.
+
+        Args:
+            steps: ``(seconds, latency)`` pairs: ``seconds`` from now the latency
+                becomes ``latency``; a new schedule replaces the one still pending.
+
+        Example::
+
+            server.schedule_latency([(2.0, 0.08)])   # 20 ms now, 80 ms from 2 s on
+        """
+        self.latency_steps = _check_steps(steps)
+        self._control({"latency_steps": self.latency_steps})
+
+    def _control(self, changes: dict[str, Any]) -> None:
         request = urllib.request.Request(
             self.url + CONTROL_PATH, data=json.dumps(changes).encode(), method="POST"
         )
@@ -297,6 +364,24 @@ def _check_tail(tail: Any) -> tuple[float, float] | None:
     return share, seconds
 
 
+def _check_rate_limit(rate_limit: Any) -> float | None:
+    if rate_limit is None:
+        return None
+    if not is_real(rate_limit) or not float(rate_limit) > 0:
+        raise ValueError(f"rate_limit should be a number of requests/s > 0; got {rate_limit!r}")
+    return float(rate_limit)
+
+
+def _check_steps(steps: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    checked = []
+    for step in steps:
+        at, latency = step
+        if not at >= 0 or not latency >= 0:
+            raise ValueError(f"a latency step should be (seconds >= 0, latency >= 0); got {step!r}")
+        checked.append((float(at), float(latency)))
+    return sorted(checked)
+
+
 def _check_status(status: Any) -> None:
     if not isinstance(status, int) or not 400 <= status <= 599:
         raise ValueError(f"error_status should be an HTTP error status (4xx, 5xx); got {status!r}")
@@ -327,6 +412,56 @@ def _tail_delay(tail: Any, draws: random.Random) -> float:
     return float(seconds) if draws.random() < share else 0.0
 
 
+class _TokenBucket:
+    """The server's request-rate cap: ``settings["rate_limit"]`` tokens a second, a burst of
+    :data:`RATE_BURST` seconds' worth; read from the settings at each request, so a change
+    through the control path applies at once."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._settings = settings
+        self._tokens = 0.0
+        self._at = time.monotonic()
+        self._rate: float | None = None
+
+    def take(self) -> float | None:
+        """None: the request may be answered; else the seconds until a token is free."""
+        rate: float | None = self._settings.get("rate_limit")
+        now = time.monotonic()
+        if not rate:
+            self._rate = None
+            return None
+        burst = max(1.0, rate * RATE_BURST)
+        if rate != self._rate:  # a new cap starts with a full bucket
+            self._rate, self._tokens, self._at = rate, burst, now
+        self._tokens = min(burst, self._tokens + (now - self._at) * rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return None
+        return (1.0 - self._tokens) / rate
+
+
+class _LatencySchedule:
+    """``settings["latency_steps"]``, applied: from the start (or the last schedule's arrival),
+    each step's latency replaces ``settings["latency"]`` once its time has come."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._settings = settings
+        self.restart()
+
+    def restart(self) -> None:
+        self._start = time.monotonic()
+        self._pending = [tuple(step) for step in self._settings.get("latency_steps") or ()]
+
+    def apply(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        elapsed = time.monotonic() - self._start
+        while pending and pending[0][0] <= elapsed:
+            self._settings["latency"] = pending.pop(0)[1]
+
+
 async def _main(
     settings: dict[str, Any],
 ) -> None:
@@ -337,7 +472,9 @@ async def _main(
     slow_draws = random.Random(f"tail {settings['seed']}")  # apart: errors draw as before
     started = time.monotonic()
     arrived = array.array("d")  # seconds since the start of each object request
-    counts = {"requests": 0, "errors": 0, "bytes": 0, "most_in_flight": 0}
+    counts = {"requests": 0, "errors": 0, "throttled": 0, "bytes": 0, "most_in_flight": 0}
+    bucket = _TokenBucket(settings)
+    steps = _LatencySchedule(settings)
     in_flight = 0
     # request path -> (file, mtime_ns, size, body, headers): a file is resolved, read and
     # described once, and only checked with one stat() per request after that.
@@ -378,7 +515,10 @@ async def _main(
         if request.path == ARRIVALS_PATH:
             return web.Response(text=json.dumps(arrived.tolist()), content_type="application/json")
         if request.path == CONTROL_PATH and request.method == "POST":
-            settings.update(json.loads(await request.read()))
+            changes = json.loads(await request.read())
+            settings.update(changes)
+            if "latency_steps" in changes:
+                steps.restart()
             return web.Response(text="ok\n")
         in_flight += 1
         counts["most_in_flight"] = max(counts["most_in_flight"], in_flight)
@@ -390,6 +530,17 @@ async def _main(
     async def answer(request: web.BaseRequest) -> web.StreamResponse:
         counts["requests"] += 1
         arrived.append(time.monotonic() - started)
+        wait = bucket.take()
+        if wait is not None:  # beyond the cap: answered at once, as a throttling store does
+            counts["throttled"] += 1
+            headers = {
+                "Retry-After": str(max(1, math.ceil(wait))),
+                "Retry-After-Ms": str(max(1, math.ceil(wait * 1000))),
+            }
+            return web.Response(
+                status=settings["throttle_status"], text="slow down\n", headers=headers
+            )
+        steps.apply()
         latency, error_rate = settings["latency"], settings["error_rate"]
         latency += _tail_delay(settings.get("tail"), slow_draws)
         if latency:

@@ -216,6 +216,8 @@ class WireOutcome:
     empty: bool = False
     end: bool = False
     counts: SourceCounts | None = None
+    concurrency: int | None = None
+    throttles: int = 0
 
 
 def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
@@ -233,6 +235,8 @@ def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
         and not outcome.empty
         and not outcome.end
         and outcome.counts is None
+        and outcome.concurrency is None
+        and not outcome.throttles
     ):
         return outcome.batch
     return WireOutcome(
@@ -244,6 +248,8 @@ def outcome_to_wire(outcome: Outcome, *, pickled: bool = True) -> Any:
         outcome.empty,
         outcome.end,
         outcome.counts,
+        outcome.concurrency,
+        outcome.throttles,
     )
 
 
@@ -267,4 +273,6 @@ def outcome_from_wire(
         payload.empty,
         payload.end,
         payload.counts,
+        payload.concurrency,
+        payload.throttles,
     )

@@ -15,10 +15,12 @@ from typing import Any, NoReturn
 
 import obstore.exceptions
 
+from aioload.stats.throttles import note_throttle
 from aioload.urls import redact_url
 
 __all__ = ["error_summary", "is_transient", "raise_translated", "redact_error", "translate"]
 
+_THROTTLES = (429, 503)  # "too many requests", "slow down" (S3's 503 SlowDown)
 _STATUS = re.compile(r"status code: (\d{3})")
 _TIMEOUT = re.compile(r"timed out|TimedOut|deadline has elapsed", re.IGNORECASE)
 _CONNECT = re.compile(
@@ -62,10 +64,13 @@ def translate(error: BaseException, where: str) -> BaseException:
     """The exception to raise for obstore's ``error`` while reading ``where`` (a full URL).
 
     The type is the built-in one a caller expects, the message starts with the
-    object's URL, and the attributes ``url`` and ``status`` (the HTTP status, or
-    None) are set; the message and ``url`` show a password in the URL's
-    userinfo as ``***``, and so does ``error`` from then on (it is the cause
-    that tracebacks show):
+    object's URL, and the attributes ``url``, ``status`` (the HTTP status, or
+    None), ``throttled`` (the store said slow down: 503, 429) and ``retry_after``
+    (the seconds its ``Retry-After`` asked for; None: obstore does not tell, and the
+    fault policy's jittered backoff applies) are set; a throttled read is counted
+    (:mod:`aioload.stats.throttles`), for ``concurrency="auto"``; the message and
+    ``url`` show a password in the URL's userinfo as ``***``, and so does ``error``
+    from then on (it is the cause that tracebacks show):
 
     - missing object or bucket (404): ``FileNotFoundError``
     - denied or unauthenticated (401, 403): ``PermissionError``
@@ -107,6 +112,10 @@ def translate(error: BaseException, where: str) -> BaseException:
     translated: Any = kind(f"{where}: {what}: {text}")
     translated.url = where
     translated.status = status
+    translated.throttled = status in _THROTTLES
+    translated.retry_after = None
+    if translated.throttled:
+        note_throttle()
     return translated  # type: ignore[no-any-return]
 
 

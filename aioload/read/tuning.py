@@ -1,0 +1,294 @@
+"""``concurrency="auto"``: the item reads in flight, tuned while the loader runs.
+
+:class:`ConcurrencyTuner` is the controller, a pure class: it is given the time and
+what happened (an item finished after so many seconds, the store throttled), and says
+what the limit is. Nothing in it sleeps or reads a clock, so it is tested with a fake
+clock and a simulated store. :class:`AutoConcurrency` is the glue an
+:class:`~aioload.read.eager.ItemPool` calls: the real clock, and the process's count of
+throttled reads (:mod:`aioload.stats.throttles`).
+
+How the limit moves, one *interval* at a time (at least :data:`LEAST_INTERVAL` seconds,
+three mean latencies and 16 items; the first latency after a change is not measured, so
+that the new limit has filled):
+
+- **start**: the first interval measures throughput ``X`` and mean latency ``L`` at
+  the starting limit. By Little's law ``X * L`` items were really in flight: when that is
+  well below the limit, the limit is not what holds the reads back (the consumer, the
+  window or the dataset is), and it is held. Otherwise the limit doubles while each
+  doubling gains at least 15 % throughput, and falls back to the better of the last two
+  when one does not;
+- **hold**: every :data:`PROBE_EVERY` intervals it probes 25 % more; a probe that gains
+  5 % is kept (and the next probe follows at once). One that does not is followed by a
+  probe 20 % below the held limit, kept when it loses under 5 %: the latency that rose
+  without throughput gain is given back. A throughput that moves by half or more while
+  the limit is held (the store's latency stepped up or down) starts doubling again;
+- **throttles**: an interval in which the store throttled reads (503, 429) cuts the
+  limit to 70 % at once, and no probe upward follows for :data:`THROTTLE_COOLDOWN`
+  intervals (additive increase, multiplicative decrease).
+
+The limit stays between ``least`` and ``most``; the loader's ``most`` is what the
+window's memory budget admits (:data:`~aioload.settings.checks.AUTO_MOST_CONCURRENCY`
+at most).
+
+Example::
+
+    >>> tuner = ConcurrencyTuner(most=1024, start=16)
+    >>> now = 0.0
+    >>> for _ in range(200):            # a store that answers in 20 ms, whatever the load
+    ...     now += 0.02 / tuner.limit
+    ...     tuner.finished(now, 0.02)
+    >>> tuner.limit > 16
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from aioload.stats.throttles import throttles_noted
+
+__all__ = [
+    "LEAST_INTERVAL",
+    "PROBE_EVERY",
+    "THROTTLE_COOLDOWN",
+    "AutoConcurrency",
+    "ConcurrencyTuner",
+]
+
+LEAST_INTERVAL = 0.1
+"""The shortest measuring interval, in seconds."""
+
+PROBE_EVERY = 4
+"""Intervals at a held limit between two probes."""
+
+THROTTLE_COOLDOWN = 8
+"""Intervals after a throttle during which the limit is not probed upward."""
+
+_LEAST_ITEMS = 16
+_GROWTH = 1.15  # a doubling must gain this much throughput to be followed by another
+_PROBE_UP, _PROBE_DOWN = 1.25, 0.8
+_KEEP_UP, _KEEP_DOWN = 1.05, 0.95
+_THROTTLE_CUT = 7  # tenths of the limit kept at a throttle
+_NOT_BINDING = 0.6  # Little's law's in-flight items below this share of the limit
+_MOVED = 0.5  # a held limit's throughput off by this share: the store changed
+
+
+class ConcurrencyTuner:
+    """The limit on items in flight that maximises throughput (see the module docstring).
+
+    Args:
+        most: the highest limit (the window's budget).
+        least: the lowest.
+        start: the first limit (held to ``least..most``).
+
+    Attributes:
+        limit: the current limit.
+        throttles: the throttles it was told of, in all.
+        changes: how many times the limit changed.
+
+    Example::
+
+        tuner = ConcurrencyTuner(most=4096)
+        tuner.finished(clock(), seconds)   # each item read
+        tuner.throttled(clock())           # a 503 from the store
+        pool.set_limit(tuner.limit)
+    """
+
+    def __init__(self, *, most: int, least: int = 1, start: int = 16) -> None:
+        if least < 1 or most < least:
+            raise ValueError(f"the limits should be 1 <= least <= most; got {least}, {most}")
+        self.least = least
+        self.most = most
+        self.limit = min(most, max(least, start))
+        self.throttles = 0
+        self.changes = 0
+        self._phase = "start"
+        self._begun: float | None = None  # the interval's start (None: at the next item)
+        self._items = 0
+        self._latency = 0.0  # summed over the interval's items
+        self._throttled = 0
+        self._mean_latency = 0.0
+        self._previous: tuple[int, float] | None = None  # the last doubling's (limit, X)
+        self._held: tuple[int, float] | None = None  # the held (limit, X) a probe left
+        self._reference = 0.0  # throughput at the held limit
+        self._held_for = 0
+        self._cooldown = 0
+
+    def finished(self, now: float, latency: float) -> bool:
+        """An item was read in ``latency`` seconds, ending at ``now``; whether the limit changed."""
+        if self._begun is None:
+            self._begun = now
+        if not self._mean_latency:
+            self._mean_latency = latency
+        if now < self._begun:
+            return False  # the limit just changed: the reads in flight are not its
+        self._items += 1
+        self._latency += latency
+        elapsed = now - self._begun
+        mean = self._latency / self._items
+        if self._items < _LEAST_ITEMS or elapsed < max(LEAST_INTERVAL, 3 * mean):
+            return False
+        return self._decide(now, self._items / elapsed, mean)
+
+    def throttled(self, now: float, count: int = 1) -> bool:
+        """The store throttled ``count`` reads at ``now``; whether the limit changed.
+
+        The cut comes at once, not at the interval's end: a throttling store wants
+        fewer requests now.
+        """
+        self.throttles += count
+        if self._begun is not None and now < self._begun:
+            return False  # answers to reads sent before the last cut: cut already
+        self._cooldown = THROTTLE_COOLDOWN
+        self._phase = "hold"
+        self._held = None
+        self._held_for = 0
+        self._reference = 0.0
+        return self._set(now, self.limit * _THROTTLE_CUT // 10)
+
+    # -- the decisions --------------------------------------------------------------
+
+    def _decide(self, now: float, throughput: float, latency: float) -> bool:
+        self._mean_latency = latency
+        if self._cooldown:
+            self._cooldown -= 1
+        phase = self._phase
+        if phase == "start":
+            return self._start(now, throughput, latency)
+        if phase == "up":
+            return self._probed_up(now, throughput)
+        if phase == "down":
+            return self._probed_down(now, throughput)
+        return self._hold(now, throughput)
+
+    def _start(self, now: float, throughput: float, latency: float) -> bool:
+        if throughput * latency < _NOT_BINDING * self.limit:
+            self._previous = None
+            return self._set(now, self.limit)  # not what holds reads back: measure again
+        previous = self._previous
+        if previous is None or throughput >= previous[1] * _GROWTH:
+            self._previous = (self.limit, throughput)
+            if self.limit < self.most:
+                return self._set(now, self.limit * 2)
+        best_limit, best = self.limit, throughput
+        if previous is not None and previous[1] > throughput:
+            best_limit, best = previous
+        self._phase, self._previous = "hold", None
+        self._reference, self._held_for = best, 0
+        return self._set(now, best_limit)
+
+    def _hold(self, now: float, throughput: float) -> bool:
+        reference = self._reference
+        if reference == 0.0:
+            self._reference = throughput
+            return self._set(now, self.limit)
+        if abs(throughput - reference) > _MOVED * reference:
+            self._phase, self._previous = "start", None
+            return self._start(now, throughput, self._mean_latency)
+        self._reference = 0.75 * reference + 0.25 * throughput
+        self._held_for += 1
+        if self._held_for < PROBE_EVERY:
+            return self._set(now, self.limit)
+        self._held = (self.limit, self._reference)
+        self._held_for = 0
+        if self._cooldown or self.limit >= self.most:
+            return self._probe_down(now)
+        self._phase = "up"
+        return self._set(now, math.ceil(self.limit * _PROBE_UP))
+
+    def _probed_up(self, now: float, throughput: float) -> bool:
+        assert self._held is not None
+        if throughput >= self._held[1] * _KEEP_UP:
+            self._phase, self._reference = "hold", throughput
+            self._held_for = PROBE_EVERY - 1  # and probe further at once
+            return self._set(now, self.limit)
+        return self._probe_down(now)
+
+    def _probe_down(self, now: float) -> bool:
+        assert self._held is not None
+        lower = math.floor(self._held[0] * _PROBE_DOWN)
+        if lower < self.least or lower == self._held[0]:
+            self._phase = "hold"
+            return self._set(now, self._held[0])
+        self._phase = "down"
+        return self._set(now, lower)
+
+    def _probed_down(self, now: float, throughput: float) -> bool:
+        assert self._held is not None
+        self._phase = "hold"
+        if throughput >= self._held[1] * _KEEP_DOWN:
+            # The held throughput stays the reference: lower limits kept one after the
+            # other, each "under 5 %" off the last, must not add up to a large loss.
+            self._reference = self._held[1]
+            return self._set(now, self.limit)
+        self._reference = self._held[1]
+        return self._set(now, self._held[0])
+
+    def _set(self, now: float, limit: int) -> bool:
+        """Starts a new interval at ``limit``; whether that is a change."""
+        limit = min(self.most, max(self.least, limit))
+        changed = limit != self.limit
+        self.limit = limit
+        # Reads started under the old limit finish within about one latency: not measured.
+        self._begun = now + (self._mean_latency if changed else 0.0)
+        self._items, self._latency = 0, 0.0
+        if changed:
+            self.changes += 1
+        return changed
+
+
+class AutoConcurrency:
+    """A :class:`ConcurrencyTuner` on the real clock, as an :class:`~aioload.read.eager.ItemPool`
+    observer: the pool times each item that suspends and calls :meth:`item_done`.
+
+    Throttles are the process's count (:func:`~aioload.stats.throttles.throttles_noted`):
+    in a worker process that is the worker's own reads; on the loader's loop, every
+    loader's of the process.
+
+    Args:
+        most: the highest limit.
+        start: the first limit.
+        clock: the clock (seconds).
+
+    Example::
+
+        auto = AutoConcurrency(most=4096)
+        pool = ItemPool(auto.limit, observer=auto)
+        ...
+        auto.limit, auto.take_throttles()
+    """
+
+    def __init__(
+        self, *, most: int, start: int = 16, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.tuner = ConcurrencyTuner(most=most, start=start)
+        self.clock = clock
+        self._seen = throttles_noted()
+        self._reported = 0
+
+    @property
+    def limit(self) -> int:
+        """The current limit."""
+        return self.tuner.limit
+
+    def item_done(self, started: float) -> int:
+        """An item started at ``started`` (this clock) finished now: the limit, as it stands."""
+        now = self.clock()
+        self._poll(now)
+        self.tuner.finished(now, now - started)
+        return self.tuner.limit
+
+    def _poll(self, now: float) -> None:
+        noted = throttles_noted()
+        if noted != self._seen:
+            self.tuner.throttled(now, noted - self._seen)
+            self._seen = noted
+
+    def take_throttles(self) -> int:
+        """The throttles seen since the previous call (for the loader's stats)."""
+        self._poll(self.clock())
+        total = self.tuner.throttles
+        count, self._reported = total - self._reported, total
+        return count

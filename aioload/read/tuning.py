@@ -36,7 +36,7 @@ Example::
     >>> now = 0.0
     >>> for _ in range(200):            # a store that answers in 20 ms, whatever the load
     ...     now += 0.02 / tuner.limit
-    ...     tuner.finished(now, 0.02)
+    ...     moved = tuner.finished(now, 0.02)  # whether the limit changed
     >>> tuner.limit > 16
     True
 """

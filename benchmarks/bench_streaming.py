@@ -1336,4 +1336,6 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "--write":
         write_main(sys.argv[2])
     else:
+        # SIGTERM (a job scheduler, `kill`) unwinds as Ctrl-C does: servers and children stop.
+        signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
         main()

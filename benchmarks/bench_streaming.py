@@ -614,8 +614,11 @@ def child_main(spec_path: str) -> None:
     try:
         result = run_child(spec)
     except BaseException as error:
+        message = f"{type(error).__name__}: {error}"
+        if len(message) > 2000:  # its head says where, its tail (a worker's error) what
+            message = message[:600] + " … " + message[-1400:]
         result = {
-            "error": f"{type(error).__name__}: {error}"[:2000],
+            "error": message,
             "traceback": traceback.format_exc()[-4000:],
         }
         write_json(Path(spec["out"]), result)
@@ -832,9 +835,11 @@ class Bench:
                 "error": first.get("error", "the first process gave no checkpoint"),
                 "log": tail,
             }
-        # the job restarts elsewhere: its local cache is empty
-        restarted = {**context, "cache": self.fresh_cache(name)}
-        rest = self.runner.run({**spec, "context": restarted, "mode": "rest"}, latency)
+        # The job restarts on another machine: the same settings (LitData's checkpoint
+        # names its cache folder, and refuses another), an empty cache.
+        shutil.rmtree(context["cache"])
+        os.makedirs(context["cache"])
+        rest = self.runner.run({**spec, "mode": "rest"}, latency)
         if "error" in rest:
             return rest
         seen = collections.Counter(first["ids"])
@@ -877,6 +882,7 @@ class Bench:
             return {"error": errors[0], "log": results[0].get("log", "")}
         every = collections.Counter(i for r in results for i in r["ids"])
         return {
+            "note": "; ".join(sorted({r["note"] for r in results if r.get("note")})),
             "batches": [r["batches"] for r in results],
             "samples": [len(r["ids"]) for r in results],
             "distinct": len(every),
@@ -987,6 +993,15 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def failure(result: dict[str, Any], width: int = 200) -> str:
+    """A failed run, in one table cell: the error's last line (a worker's own error, where
+    torch's DataLoader wraps it in "Caught ... in DataLoader worker process")."""
+    lines = [line.strip() for line in result["error"].splitlines() if line.strip()]
+    text = lines[-1] if lines else "failed"
+    text = text.replace("|", "\\|")
+    return "failed: " + (text if len(text) <= width else text[: width - 1] + "…")
+
+
 def tables(report: dict[str, Any]) -> str:
     """The report's markdown tables."""
     lines = []
@@ -1011,9 +1026,7 @@ def tables(report: dict[str, Any]) -> str:
                     lines.append(f"| {label_} | {latency} ms | {reason} | | | | |")
                     continue
                 if "error" in result:
-                    lines.append(
-                        f"| {label_} | {latency} ms | failed: {result['error'][:120]} | | | | |"
-                    )
+                    lines.append(f"| {label_} | {latency} ms | {failure(result)} | | | | |")
                     continue
                 one = result["epochs"][0]
                 warm = _fmt(_rate(result["epochs"][1])) if len(result["epochs"]) > 1 else "no cache"
@@ -1036,7 +1049,7 @@ def tables(report: dict[str, Any]) -> str:
         ]
         for name, result in report["resume"].items():
             if "error" in result:
-                lines.append(f"| {LABELS[name]} | | failed: {result['error'][:120]} | | |")
+                lines.append(f"| {LABELS[name]} | | {failure(result)} | | |")
                 continue
             how = LOADERS[name].checkpoint if result["resumed"] else "none: the epoch restarts"
             exact = (
@@ -1059,7 +1072,7 @@ def tables(report: dict[str, Any]) -> str:
         ]
         for name, result in report["ranks"].items():
             if "error" in result:
-                lines.append(f"| {LABELS[name]} | failed: {result['error'][:120]} | | | |")
+                lines.append(f"| {LABELS[name]} | {failure(result)} | | | |")
                 continue
             a, b = result["batches"]
             samples = " · ".join(f"{s:,}" for s in result["samples"])

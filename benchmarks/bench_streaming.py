@@ -3,11 +3,12 @@
 Run by hand from the repository root (Linux: the figures come from ``/proc``)::
 
     pip install -e '.[bench-peers]'   # after torch's and torchvision's CPU builds, see below
-    python benchmarks/bench_streaming.py             # about 8 minutes on 2 cores
-    python benchmarks/bench_streaming.py --quick     # a smoke run: a minute or two
+    python benchmarks/bench_streaming.py             # about 7 minutes on 2 cores
+    python benchmarks/bench_streaming.py --quick     # a smoke run of 1,000 samples: about 5 minutes
     python benchmarks/bench_streaming.py --only aioload-tar --only webdataset
 
-The contenders, each with the settings its documentation recommends (``LOADERS`` says which):
+The contenders, each with the settings its documentation recommends (``streaming_loaders.py``
+says which):
 
 - image-like samples (a 20–100 KB payload, JPEG-sized and as incompressible, plus a label):
   aioload's ``ShardDataset`` and webdataset over the same tar shards, LitData over its
@@ -64,6 +65,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
+import importlib
 import importlib.metadata
 import json
 import math
@@ -142,9 +144,10 @@ async def _proxy(upstream: int, delay: float) -> None:
     loop = asyncio.get_running_loop()
 
     class Upstream(asyncio.Protocol):
+        transport: Any = None
+
         def __init__(self, client: Client) -> None:
             self.client = client
-            self.transport: Any = None
 
         def connection_made(self, transport: Any) -> None:
             self.transport = transport
@@ -578,9 +581,9 @@ def run_resume(loader: Loader, spec: dict[str, Any]) -> dict[str, Any]:
 
 def run_ranks(loader: Loader, spec: dict[str, Any]) -> dict[str, Any]:
     checker = Checker(loader.context.kind, loader.context.count)
-    distributed = None
+    distributed: Any = None
     with contextlib.suppress(ImportError):
-        import torch.distributed as distributed  # type: ignore[no-redef]
+        distributed = importlib.import_module("torch.distributed")
     if distributed is not None:
         distributed.init_process_group(
             "gloo",
@@ -636,7 +639,12 @@ def _exit_soon(status: int) -> None:
     sys.stderr.flush()
     # A daemon thread runs while the interpreter joins the other threads and runs the
     # exit handlers, the steps a stray thread can hang.
-    threading.Thread(target=lambda: (time.sleep(EXIT_GRACE), os._exit(status)), daemon=True).start()
+
+    def exit_now() -> None:
+        time.sleep(EXIT_GRACE)
+        os._exit(status)
+
+    threading.Thread(target=exit_now, daemon=True).start()
 
 
 # -- the parent: running the children ----------------------------------------------------------
@@ -666,7 +674,9 @@ class Runner:
         base.parent.mkdir(exist_ok=True)
         return base.with_suffix(".json"), base.with_suffix(".out.json")
 
-    def start(self, spec: dict[str, Any], latency: int, extra_env: dict[str, str] | None = None):
+    def start(
+        self, spec: dict[str, Any], latency: int, extra_env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen[bytes], Path, Path]:
         from aioload.testing.object_server import die_with_parent
 
         spec_file, out = self.spec_path(f"{spec['loader']}-{spec['mode']}")
@@ -775,7 +785,9 @@ class Bench:
     runner: Runner
     caches: int = 0
 
-    def context(self, name: str, kind: str, endpoint: str, cache: str, **more: Any) -> dict:
+    def context(
+        self, name: str, kind: str, endpoint: str, cache: str, **more: Any
+    ) -> dict[str, Any]:
         fmt = LOADERS[name].fmt
         count = {"images": self.sizes.images, "text": self.sizes.texts, "ranks": self.sizes.ranks}
         return {
@@ -993,6 +1005,11 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _ms(seconds: float | None) -> str:
+    """A time in ms; "no batch" where the run yielded none (a resume with nothing left)."""
+    return "no batch" if seconds is None else f"{seconds * 1e3:,.0f} ms"
+
+
 def failure(result: dict[str, Any], width: int = 200) -> str:
     """A failed run, in one table cell: the error's last line (a worker's own error, where
     torch's DataLoader wraps it in "Caught ... in DataLoader worker process")."""
@@ -1035,7 +1052,7 @@ def tables(report: dict[str, Any]) -> str:
                     f"| {label_} | {latency} ms | {_fmt(_rate(one))} | {warm} | "
                     f"{one['cpu_s'] * per:.2f} · {one['server_cpu_s'] * per:.2f} | "
                     f"{result['peak_pss'] / 2**20:,.0f} MiB | "
-                    f"{result['first_batch_s'] * 1e3:,.0f} ms |"
+                    f"{_ms(result['first_batch_s'])} |"
                 )
         lines.append("")
     if report["resume"]:
@@ -1048,8 +1065,9 @@ def tables(report: dict[str, Any]) -> str:
             "|---|---|---:|---:|---|",
         ]
         for name, result in report["resume"].items():
+            label_ = LABELS[name] + (", text" if kind_of(name) == "text" else "")
             if "error" in result:
-                lines.append(f"| {LABELS[name]} | | {failure(result)} | | |")
+                lines.append(f"| {label_} | | {failure(result)} | | |")
                 continue
             how = LOADERS[name].checkpoint if result["resumed"] else "none: the epoch restarts"
             exact = (
@@ -1058,7 +1076,7 @@ def tables(report: dict[str, Any]) -> str:
                 else f"no: {result['repeated']:,} repeated, {result['missing']:,} missing"
             )
             lines.append(
-                f"| {LABELS[name]} | {how} | {result['first_batch_s'] * 1e3:,.0f} ms | "
+                f"| {label_} | {how} | {_ms(result['first_batch_s'])} | "
                 f"{result['yielded']:,} of {result['left']:,} left | {exact} |"
             )
         lines.append("")
@@ -1248,7 +1266,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ExitStack() as stack:
         run_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-streaming-")))
         s3 = stack.enter_context(SeaweedFS(run_dir / "seaweedfs", bucket=BUCKET))
-        assert s3.pid is not None
+        assert s3.pid is not None and s3.endpoint is not None
         environments, servers = {}, {}
         for latency in LATENCIES_MS:
             if latency:
@@ -1324,14 +1342,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def summary(result: dict[str, Any]) -> str:
     if "error" in result:
-        return (
-            "failed: " + result["error"][:300] + ("\n" + result["log"] if result.get("log") else "")
-        )
+        log = "\n" + str(result["log"]) if result.get("log") else ""
+        return f"failed: {str(result['error'])[:300]}{log}"
     if "epochs" in result:
         rates = " / ".join(f"{_rate(e):,.0f}" for e in result["epochs"])
-        return f"{rates} samples/s, first batch {result['first_batch_s'] * 1e3:.0f} ms"
+        return f"{rates} samples/s, first batch {_ms(result['first_batch_s'])}"
     if "exact" in result:
-        return f"exact={result['exact']} first batch {result['first_batch_s'] * 1e3:.0f} ms"
+        return f"exact={result['exact']} first batch {_ms(result['first_batch_s'])}"
     return f"batches per rank {result.get('batches')}"
 
 

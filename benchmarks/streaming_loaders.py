@@ -158,7 +158,7 @@ def write_parquet(folder: Path, kind: str, count: int) -> None:
     for number, (start, stop) in enumerate(shard_bounds(kind, count)):
         ids = np.arange(start, stop, dtype=np.int64)
         if counts is not None:
-            column = pa.array([tokens(i, int(counts[i])) for i in ids], pa.list_(pa.int32()))
+            column = pa.array([tokens(int(i), int(counts[i])) for i in ids], pa.list_(pa.int32()))
             table = pa.table({"id": ids, "tokens": column})
         else:
             rows = list(rows_of(kind, count, start, stop))
@@ -348,7 +348,9 @@ class AioloadTar(Loader):
             cache_dir=c.cache,
             **c.store_options,
         )
-        self.loader = DataLoader(self.dataset, batch_size=BATCH, num_workers=WORKERS)
+        self.loader: DataLoader[Any] = DataLoader(
+            self.dataset, batch_size=BATCH, num_workers=WORKERS
+        )
 
     def epoch(self, epoch: int) -> Iterator[Any]:
         self.dataset.set_epoch(epoch)
@@ -394,7 +396,7 @@ class AioloadParquet(Loader):
         )
         # ragged token lists: the rows as a list, as for every text contender
         collate = list if c.kind == "text" else None
-        self.loader = DataLoader(
+        self.loader: DataLoader[Any] = DataLoader(
             self.dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=collate
         )
 
@@ -436,7 +438,7 @@ class AioloadJsonl(Loader):
             cache_dir=c.cache,
             **c.store_options,
         )
-        self.loader = DataLoader(
+        self.loader: DataLoader[Any] = DataLoader(
             self.dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=list
         )
 
@@ -607,7 +609,7 @@ class HuggingFace(Loader):
         "`StatefulDataLoader(batch_size=64, num_workers=2)` (text: `collate_fn=list`)"
     )
     checkpoint = "`StatefulDataLoader.state_dict()` (torchdata)"
-    kinds = ("images", "text", "ranks")
+    kinds: tuple[str, ...] = ("images", "text", "ranks")
     fmt = "parquet"
     builder = "parquet"
 
@@ -652,6 +654,7 @@ class HuggingFace(Loader):
             self.note = f"{shards} shard(s) after shuffle(): {shards} of its {WORKERS} workers read"
         self.dataset = dataset
         collate = list if c.kind == "text" else None
+        self.loader: Any
         try:
             from torchdata.stateful_dataloader import StatefulDataLoader
         except ImportError:

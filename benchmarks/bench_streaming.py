@@ -275,7 +275,7 @@ def upload(s3: Any, folder: Path, prefix: str) -> int:
     import obstore
     from obstore.store import S3Store
 
-    options = s3.store_options
+    options = s3.storage_options
     store = S3Store(
         BUCKET,
         endpoint=options["endpoint"],

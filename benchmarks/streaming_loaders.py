@@ -346,7 +346,7 @@ class AioloadTar(Loader):
             shards_in_flight=4,
             seed=SEED,
             cache_dir=c.cache,
-            **c.store_options,
+            storage_options=c.store_options,
         )
         self.loader: DataLoader[Any] = DataLoader(
             self.dataset, batch_size=BATCH, num_workers=WORKERS
@@ -392,7 +392,7 @@ class AioloadParquet(Loader):
             shuffle_buffer=SHUFFLE_BUFFER,
             seed=SEED,
             cache_dir=c.cache,
-            **c.store_options,
+            storage_options=c.store_options,
         )
         # ragged token lists: the rows as a list, as for every text contender
         collate = list if c.kind == "text" else None
@@ -436,7 +436,7 @@ class AioloadJsonl(Loader):
             files_in_flight=2,
             seed=SEED,
             cache_dir=c.cache,
-            **c.store_options,
+            storage_options=c.store_options,
         )
         self.loader: DataLoader[Any] = DataLoader(
             self.dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=list

@@ -31,7 +31,7 @@ from pathlib import Path
 from aioload import DataLoader
 from aioload.sources import ObjectDataset
 from aioload.testing import ObjectServer
-from aioload.testing.object_server import most_in_window
+from aioload.testing.arrivals import most_in_window
 
 LATENCY = 0.010
 TAIL = (0.01, 1.0)

@@ -255,7 +255,7 @@ def test_a_late_answer_that_lost_is_discarded() -> None:
 
 
 def test_the_servers_heavy_tail_is_the_same_for_a_seed(tmp_path: Path) -> None:
-    from aioload.testing.object_server import most_in_window, per_second
+    from aioload.testing.arrivals import most_in_window, per_second
 
     (tmp_path / "x.bin").write_bytes(b"x" * 10)
 
@@ -284,7 +284,7 @@ def test_the_servers_heavy_tail_is_the_same_for_a_seed(tmp_path: Path) -> None:
 
 
 def test_most_in_window_counts_a_sliding_second() -> None:
-    from aioload.testing.object_server import most_in_window
+    from aioload.testing.arrivals import most_in_window
 
     assert most_in_window([]) == 0
     assert most_in_window([0.5, 1.2, 1.4, 1.49, 2.6]) == 4

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+import aioload
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "aioload"
@@ -475,3 +478,17 @@ def test_each_unit_is_on_one_floor() -> None:
     for floors in SUBFLOORS.values():
         parts = _names(floors)
         assert len(parts) == len(set(parts))
+
+
+def test_modules_stay_small_and_folders_few() -> None:
+    # The layout's measures: no module over 600 lines, loader.py within 450, and no folder of
+    # more than a dozen modules (aioload/ itself holds the face and the leaves).
+    package = Path(aioload.__file__).parent
+    sizes = {
+        str(path.relative_to(package)): len(path.read_text().splitlines())
+        for path in package.rglob("*.py")
+    }
+    assert {name: n for name, n in sizes.items() if n > 600} == {}
+    assert sizes["loader.py"] <= 450
+    folders = Counter(str(Path(name).parent) for name in sizes if not name.endswith("__init__.py"))
+    assert {folder: n for folder, n in folders.items() if n > 13} == {}

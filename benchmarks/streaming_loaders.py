@@ -506,7 +506,26 @@ class WebDataset(Loader):
         return [int(key) for key in batch[0]], batch[2]
 
 
-class LitData(Loader):
+class _CheckpointedTorchLoader(Loader):
+    """LitData's and Mosaic's: a torch ``StreamingDataLoader`` with its own ``state_dict``,
+    batches of an ``id`` tensor and a ``payload`` list."""
+
+    loader: Any
+
+    def epoch(self, epoch: int) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def unpack(self, batch: Any) -> tuple[Any, Any]:
+        return _torch_ints(batch["id"]), batch["payload"]
+
+    def state(self) -> Any:
+        return self.loader.state_dict()
+
+    def load(self, state: Any) -> None:
+        self.loader.load_state_dict(state)
+
+
+class LitData(_CheckpointedTorchLoader):
     library = "litdata"
     settings = (
         "`StreamingDataset(shuffle=True, cache_dir=..., storage_options=...)`, "
@@ -546,20 +565,8 @@ class LitData(Loader):
         )
         self.loader = StreamingDataLoader(self.dataset, batch_size=BATCH, num_workers=WORKERS)
 
-    def epoch(self, epoch: int) -> Iterator[Any]:
-        return iter(self.loader)
 
-    def unpack(self, batch: Any) -> tuple[Any, Any]:
-        return _torch_ints(batch["id"]), batch["payload"]
-
-    def state(self) -> Any:
-        return self.loader.state_dict()
-
-    def load(self, state: Any) -> None:
-        self.loader.load_state_dict(state)
-
-
-class Mosaic(Loader):
+class Mosaic(_CheckpointedTorchLoader):
     library = "mosaicml-streaming"
     settings = (
         "`StreamingDataset(remote=..., local=..., shuffle=True, batch_size=64)`, "
@@ -587,18 +594,6 @@ class Mosaic(Loader):
             batch_size=BATCH,
         )
         self.loader = StreamingDataLoader(self.dataset, batch_size=BATCH, num_workers=WORKERS)
-
-    def epoch(self, epoch: int) -> Iterator[Any]:
-        return iter(self.loader)
-
-    def unpack(self, batch: Any) -> tuple[Any, Any]:
-        return _torch_ints(batch["id"]), batch["payload"]
-
-    def state(self) -> Any:
-        return self.loader.state_dict()
-
-    def load(self, state: Any) -> None:
-        self.loader.load_state_dict(state)
 
 
 class HuggingFace(Loader):

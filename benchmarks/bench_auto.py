@@ -1,16 +1,18 @@
 """``concurrency="auto"`` against the best fixed concurrency, in the same run.
 
-Run by hand: ``python benchmarks/bench_auto.py [--quick] [--seconds 6]``.
+Run by hand: ``python benchmarks/bench_auto.py [--quick] [--seconds 6] [--repeat 3]``.
 
 64 KiB objects from an :class:`~aioload.testing.ObjectServer`, read by ``ObjectDataset``
 through ``DataLoader`` (batch 32, 0 workers, ``async for``), for a fixed time each:
 
 1. **Sweep**: the server answers after 20 ms, then after 80 ms; fixed concurrencies
-   (16, 64, 256, 1024, 4096; fewer with ``--quick``) and ``"auto"``. Printed: items/s
-   over the second half of each run (the median of 0.5 s windows), auto's ratio to the
-   best fixed one, and when auto's throughput (0.5 s windows) first reached 0.9 x it.
+   (16, 64, 256, 1024, 4096; fewer with ``--quick``) and ``"auto"``, ``--repeat`` times in
+   turn. Printed: items/s over the second half of each run (the median of 0.5 s windows;
+   the median over the repetitions), auto's ratio to the best fixed one, and when auto's
+   throughput (0.5 s windows) first reached 0.9 x it (the median over the repetitions).
 2. **Latency step**: 20 ms, then 80 ms from the middle of the run on; auto and the
-   default 256, items/s before and after the step.
+   default 256, items/s before and after the step, against the sweep's best fixed value at
+   80 ms, and how long after the step auto was back at 0.9 x that.
 3. **Throttled**: the server caps requests at 2,000/s (beyond: 503 + Retry-After);
    obstore's own retries are off, so every 503 reaches the loader, whose
    ``RetryPolicy(retry_on=is_transient)`` retries it, ``on_error="skip"``. Auto and
@@ -100,56 +102,98 @@ def reached(windows: list[int], target: float) -> float | None:
     return None
 
 
-async def sweep(folder: Path, keys: list[str], points: list[int], seconds: float) -> None:
-    print("| latency | concurrency | items/s | MB/s |")
+def median_reached(runs: list[list[int]], target: float, after: float = 0.0) -> float | None:
+    """The median over ``runs`` of the seconds from ``after`` until a window reached
+    ``target`` items/s (a run that never did counts as never: None beats every time)."""
+    skip = int(after / WINDOW)
+    times = [reached(windows[skip:], target) for windows in runs]
+    known = sorted(t for t in times if t is not None)
+    if len(known) * 2 <= len(times):
+        return None
+    return known[(len(times) - 1) // 2]
+
+
+async def sweep(
+    folder: Path, keys: list[str], points: list[int], seconds: float, repeat: int
+) -> dict[float, float]:
+    """The fixed sweep and auto at 20 and 80 ms, ``repeat`` times in turn; medians.
+
+    Returns the best fixed items/s at each latency (the step compares with it)."""
+    print("| latency | concurrency | items/s (median) | MB/s |")
     print("|---|---|---:|---:|")
     summary = []
+    bests: dict[float, float] = {}
     for latency in (0.02, 0.08):
         with ObjectServer(folder, latency=latency) as server:
-            fixed = {}
-            for point in points:
-                run = await timed_run(server.url, keys, point, seconds)
-                fixed[point] = rate(run["windows"])
+            fixed: dict[int, list[float]] = {point: [] for point in points}
+            autos: list[float] = []
+            auto_runs: list[list[int]] = []
+            settled: list[int] = []
+            for _ in range(repeat):  # the cases in turn: drift on the machine hits them alike
+                for point in points:
+                    run = await timed_run(server.url, keys, point, seconds)
+                    fixed[point].append(rate(run["windows"]))
+                run = await timed_run(server.url, keys, "auto", seconds)
+                autos.append(rate(run["windows"]))
+                auto_runs.append(run["windows"])
+                settled.append(run["stats"].concurrency)
+            medians = {point: statistics.median(rates) for point, rates in fixed.items()}
+            for point, value in medians.items():
                 print(
-                    f"| {latency * 1e3:.0f} ms | {point} | {fixed[point]:,.0f} | "
-                    f"{fixed[point] * OBJECT_SIZE / 1e6:,.0f} |"
+                    f"| {latency * 1e3:.0f} ms | {point} | {value:,.0f} | "
+                    f"{value * OBJECT_SIZE / 1e6:,.0f} |"
                 )
-            run = await timed_run(server.url, keys, "auto", seconds)
-            auto = rate(run["windows"])
-            settled = run["stats"].concurrency
+            auto = statistics.median(autos)
             print(
-                f"| {latency * 1e3:.0f} ms | auto (settled {settled}) | {auto:,.0f} | "
-                f"{auto * OBJECT_SIZE / 1e6:,.0f} |"
+                f"| {latency * 1e3:.0f} ms | auto (settled {statistics.median(settled):.0f}) | "
+                f"{auto:,.0f} | {auto * OBJECT_SIZE / 1e6:,.0f} |"
             )
-            best_point = max(fixed, key=fixed.__getitem__)
-            best = fixed[best_point]
-            summary.append((latency, best_point, best, auto, reached(run["windows"], 0.9 * best)))
+            best_point = max(medians, key=medians.__getitem__)
+            best = bests[latency] = medians[best_point]
+            when = median_reached(auto_runs, 0.9 * best)
+            summary.append((latency, best_point, best, auto, when))
     print()
-    print("| latency | best fixed | auto / best | auto reached 0.9 x best after |")
+    print(f"| latency | best fixed | auto / best | auto reached 0.9 x best after | ({repeat} runs)")
     print("|---|---|---:|---:|")
     for latency, point, best, auto, when in summary:
         after = "never" if when is None else f"{when:.1f} s"
         print(f"| {latency * 1e3:.0f} ms | {point} ({best:,.0f}/s) | {auto / best:.2f} | {after} |")
+    return bests
 
 
-async def step(folder: Path, keys: list[str], seconds: float) -> None:
+async def step(
+    folder: Path, keys: list[str], seconds: float, repeat: int, best_after: float
+) -> None:
+    """20 ms, then 80 ms from the middle of the run: auto and the default 256, medians; auto
+    against ``best_after``, the sweep's best fixed items/s at 80 ms."""
     print(
-        "| concurrency | items/s at 20 ms | items/s at 80 ms (2nd half after the step) | settled |"
+        "| concurrency | items/s at 20 ms | items/s at 80 ms (2nd half after the step) | "
+        "vs the best fixed at 80 ms | back at 0.9 x it after the step | settled |"
     )
-    print("|---|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---|")
     for concurrency in ("auto", 256):
-        with ObjectServer(folder, latency=0.02) as server:
-            run = await timed_run(
-                server.url,
-                keys,
-                concurrency,
-                2 * seconds,
-                on_start=lambda server=server: server.schedule_latency([(seconds, 0.08)]),
-            )
-        before = rate(run["windows"], 0.25, 0.5)
-        after = rate(run["windows"], 0.75, 1.0)
-        settled = run["stats"].concurrency if concurrency == "auto" else "-"
-        print(f"| {concurrency} | {before:,.0f} | {after:,.0f} | {settled} |")
+        befores, afters, runs, settled = [], [], [], []
+        for _ in range(repeat):
+            with ObjectServer(folder, latency=0.02) as server:
+                run = await timed_run(
+                    server.url,
+                    keys,
+                    concurrency,
+                    2 * seconds,
+                    on_start=lambda server=server: server.schedule_latency([(seconds, 0.08)]),
+                )
+            befores.append(rate(run["windows"], 0.25, 0.5))
+            afters.append(rate(run["windows"], 0.75, 1.0))
+            runs.append(run["windows"])
+            settled.append(run["stats"].concurrency)
+        before, after = statistics.median(befores), statistics.median(afters)
+        when = median_reached(runs, 0.9 * best_after, after=seconds)
+        back = "never" if when is None else f"{when:.1f} s"
+        tuned = f"{statistics.median(settled):.0f}" if concurrency == "auto" else "-"
+        print(
+            f"| {concurrency} | {before:,.0f} | {after:,.0f} | {after / best_after:.2f} | "
+            f"{back} | {tuned} |"
+        )
 
 
 async def throttle(folder: Path, keys: list[str], seconds: float) -> None:
@@ -173,16 +217,18 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer points, shorter runs")
     parser.add_argument("--seconds", type=float, default=6.0, help="each run's length")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each case (medians)")
     arguments = parser.parse_args()
     seconds = 3.0 if arguments.quick else arguments.seconds
     points = [16, 256, 4096] if arguments.quick else [16, 64, 256, 1024, 4096]
-    print(f"bench_auto, {datetime.date.today()}, {seconds:g} s a run\n")
+    repeat = 1 if arguments.quick else arguments.repeat
+    print(f"bench_auto, {datetime.date.today()}, {seconds:g} s a run, {repeat} runs a case\n")
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         keys = make_objects(folder, 1024)
-        await sweep(folder, keys, points, seconds)
+        bests = await sweep(folder, keys, points, seconds, repeat)
         print()
-        await step(folder, keys, seconds)
+        await step(folder, keys, seconds, repeat, bests[0.08])
         print()
         await throttle(folder, keys, seconds)
 

@@ -19,9 +19,13 @@ class Store:
     latency: float = 0.02
     capacity: float = 20_000.0
     rate_limit: float | None = None
+    crowding: float | None = None  # in flight at which the client's own cost halves capacity
 
     def read_latency(self, in_flight: int) -> float:
-        return max(self.latency, in_flight / self.capacity)
+        capacity = self.capacity
+        if self.crowding is not None:
+            capacity /= 1.0 + in_flight / self.crowding
+        return max(self.latency, in_flight / capacity)
 
 
 @dataclass
@@ -97,6 +101,40 @@ def test_it_grows_to_the_stores_capacity_and_keeps_it() -> None:
     assert sum(late) / len(late) >= 0.85 * target
     # Not far beyond the knee: more reads in flight would only queue.
     assert max(run.limits[len(run.limits) // 2 :]) <= 4 * 400
+
+
+def best_fixed(store: Store) -> float:
+    """The best throughput of a sweep of fixed limits, 16 to 4096 (a benchmark's best)."""
+    return max(n / store.read_latency(n) for n in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
+
+
+# A client whose CPU caps it near 6,000 reads/s and whose reads in flight cost it more as
+# they grow (4,096 in flight: about half): the shape measured against the ObjectServer.
+CPU_BOUND = {"capacity": 6_000.0, "crowding": 4_096.0}
+
+
+@pytest.mark.parametrize("latency", [0.02, 0.08])
+def test_it_reaches_the_best_fixed_limit_within_3_seconds(latency: float) -> None:
+    store = Store(latency=latency, **CPU_BOUND)
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    run = simulate(tuner, store, 12.0)
+    target = best_fixed(store)
+    first = reached(run, 0.9, target)
+    assert first is not None and first <= 3.0, first
+    late = settled(run, 3.0)
+    assert sum(late) / len(late) >= 0.9 * target
+
+
+def test_after_a_latency_step_it_is_back_near_the_best_within_3_seconds() -> None:
+    store = Store(latency=0.02, **CPU_BOUND)
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    simulate(tuner, store, 6.0)
+    run = simulate(tuner, store, 12.0, steps=((6.0, 0.08),), now=6.0)
+    target = best_fixed(Store(latency=0.08, **CPU_BOUND))
+    first = reached(run, 0.9, target)
+    assert first is not None and first - 6.0 <= 3.0, first
+    late = settled(run, 9.0)
+    assert sum(late) / len(late) >= 0.9 * target
 
 
 def test_it_follows_a_latency_step() -> None:

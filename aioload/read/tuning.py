@@ -7,21 +7,24 @@ clock and a simulated store. :class:`AutoConcurrency` is the glue an
 :class:`~aioload.read.eager.ItemPool` calls: the real clock, and the process's count of
 throttled reads (:mod:`aioload.stats.throttles`).
 
-How the limit moves, one *interval* at a time (at least :data:`LEAST_INTERVAL` seconds,
-three mean latencies and 16 items; the first latency after a change is not measured, so
-that the new limit has filled):
+How the limit moves, one *interval* at a time (at least :data:`LEAST_INTERVAL` seconds
+and 16 items; two mean latencies while it grows, three while it holds; the first latency
+after a change is not measured, so that the new limit has filled):
 
 - **start**: the first interval measures throughput ``X`` and mean latency ``L`` at
   the starting limit. By Little's law ``X * L`` items were really in flight: when that is
   well below the limit, the limit is not what holds the reads back (the consumer, the
-  window or the dataset is), and it is held. Otherwise the limit doubles while each
-  doubling gains at least 15 % throughput, and falls back to the better of the last two
-  when one does not;
+  window or the dataset is), and it is held. Otherwise the limit grows while each step
+  gains at least 15 % throughput: it doubles, and quadruples while a step gained nearly in
+  proportion (the store is far from its knee: at 80 ms from 16, four doublings become
+  two). A quadrupling that gains nothing is followed by the doubling it skipped, and the
+  best limit measured is held;
 - **hold**: every :data:`PROBE_EVERY` intervals it probes 25 % more; a probe that gains
   5 % is kept (and the next probe follows at once). One that does not is followed by a
   probe 20 % below the held limit, kept when it loses under 5 %: the latency that rose
-  without throughput gain is given back. A throughput that moves by half or more while
-  the limit is held (the store's latency stepped up or down) starts doubling again;
+  without throughput gain is given back. A throughput or a mean latency that moves by
+  half or more while the limit is held (the store's latency stepped up or down) starts
+  the growth again from the held limit;
 - **throttles**: an interval in which the store throttled reads (503, 429) cuts the
   limit to 70 % at once, and no probe upward follows for :data:`THROTTLE_COOLDOWN`
   intervals (additive increase, multiplicative decrease).
@@ -67,7 +70,8 @@ THROTTLE_COOLDOWN = 8
 """Intervals after a throttle during which the limit is not probed upward."""
 
 _LEAST_ITEMS = 16
-_GROWTH = 1.15  # a doubling must gain this much throughput to be followed by another
+_GROWTH = 1.15  # a step must gain this much throughput to be followed by another
+_PROPORTIONAL = 0.8  # a step that gained this share of its factor: the knee is far, quadruple
 _PROBE_UP, _PROBE_DOWN = 1.25, 0.8
 _KEEP_UP, _KEEP_DOWN = 1.05, 0.95
 _THROTTLE_CUT = 7  # tenths of the limit kept at a throttle
@@ -110,9 +114,12 @@ class ConcurrencyTuner:
         self._latency = 0.0  # summed over the interval's items
         self._throttled = 0
         self._mean_latency = 0.0
-        self._previous: tuple[int, float] | None = None  # the last doubling's (limit, X)
+        self._previous: tuple[int, float] | None = None  # the last step's (limit, X)
+        self._skipped: int | None = None  # the doubling a quadrupling skipped, to try
+        self._measured: dict[int, float] = {}  # limit -> X, while growing
         self._held: tuple[int, float] | None = None  # the held (limit, X) a probe left
         self._reference = 0.0  # throughput at the held limit
+        self._reference_latency = 0.0  # and its mean latency
         self._held_for = 0
         self._cooldown = 0
 
@@ -128,7 +135,8 @@ class ConcurrencyTuner:
         self._latency += latency
         elapsed = now - self._begun
         mean = self._latency / self._items
-        if self._items < _LEAST_ITEMS or elapsed < max(LEAST_INTERVAL, 3 * mean):
+        latencies = 2 if self._phase == "start" else 3
+        if self._items < _LEAST_ITEMS or elapsed < max(LEAST_INTERVAL, latencies * mean):
             return False
         return self._decide(now, self._items / elapsed, mean)
 
@@ -145,7 +153,9 @@ class ConcurrencyTuner:
         self._phase = "hold"
         self._held = None
         self._held_for = 0
-        self._reference = 0.0
+        self._reference = self._reference_latency = 0.0
+        self._previous, self._skipped = None, None
+        self._measured.clear()
         return self._set(now, self.limit * _THROTTLE_CUT // 10)
 
     # -- the decisions --------------------------------------------------------------
@@ -165,29 +175,53 @@ class ConcurrencyTuner:
 
     def _start(self, now: float, throughput: float, latency: float) -> bool:
         if throughput * latency < _NOT_BINDING * self.limit:
-            self._previous = None
+            self._previous, self._skipped = None, None
+            self._measured.clear()
             return self._set(now, self.limit)  # not what holds reads back: measure again
-        previous = self._previous
+        self._measured[self.limit] = throughput
+        previous, skipped = self._previous, self._skipped
+        if skipped is not None:  # the doubling a quadrupling skipped, now measured
+            return self._hold_best(now)
         if previous is None or throughput >= previous[1] * _GROWTH:
+            factor = 2
+            if previous is not None:
+                step = self.limit / previous[0]
+                if throughput >= previous[1] * (1.0 + _PROPORTIONAL * (step - 1.0)):
+                    factor = 4
             self._previous = (self.limit, throughput)
             if self.limit < self.most:
-                return self._set(now, self.limit * 2)
-        best_limit, best = self.limit, throughput
-        if previous is not None and previous[1] > throughput:
-            best_limit, best = previous
-        self._phase, self._previous = "hold", None
-        self._reference, self._held_for = best, 0
+                return self._set(now, self.limit * factor)
+            return self._hold_best(now)
+        if previous is not None and self.limit > 2 * previous[0]:
+            self._skipped = 2 * previous[0]
+            return self._set(now, self._skipped)
+        return self._hold_best(now)
+
+    def _hold_best(self, now: float) -> bool:
+        """Holds the best limit measured while growing (the lowest of equals)."""
+        best_limit = max(sorted(self._measured), key=self._measured.__getitem__)
+        self._phase, self._previous, self._skipped = "hold", None, None
+        self._reference, self._held_for = self._measured[best_limit], 0
+        self._reference_latency = 0.0
+        self._measured.clear()
         return self._set(now, best_limit)
 
     def _hold(self, now: float, throughput: float) -> bool:
-        reference = self._reference
-        if reference == 0.0:
-            self._reference = throughput
+        reference, reference_latency = self._reference, self._reference_latency
+        if reference == 0.0 or reference_latency == 0.0:
+            self._reference = throughput if reference == 0.0 else reference
+            self._reference_latency = self._mean_latency
             return self._set(now, self.limit)
-        if abs(throughput - reference) > _MOVED * reference:
-            self._phase, self._previous = "start", None
-            return self._start(now, throughput, self._mean_latency)
+        latency = self._mean_latency
+        if (
+            abs(throughput - reference) > _MOVED * reference
+            or abs(latency - reference_latency) > _MOVED * reference_latency
+        ):
+            self._phase, self._previous, self._skipped = "start", None, None
+            self._measured.clear()
+            return self._start(now, throughput, latency)
         self._reference = 0.75 * reference + 0.25 * throughput
+        self._reference_latency = 0.75 * reference_latency + 0.25 * latency
         self._held_for += 1
         if self._held_for < PROBE_EVERY:
             return self._set(now, self.limit)
@@ -202,6 +236,7 @@ class ConcurrencyTuner:
         assert self._held is not None
         if throughput >= self._held[1] * _KEEP_UP:
             self._phase, self._reference = "hold", throughput
+            self._reference_latency = 0.0  # measured again at the new limit
             self._held_for = PROBE_EVERY - 1  # and probe further at once
             return self._set(now, self.limit)
         return self._probe_down(now)
@@ -218,6 +253,7 @@ class ConcurrencyTuner:
     def _probed_down(self, now: float, throughput: float) -> bool:
         assert self._held is not None
         self._phase = "hold"
+        self._reference_latency = 0.0  # measured again at the limit kept
         if throughput >= self._held[1] * _KEEP_DOWN:
             # The held throughput stays the reference: lower limits kept one after the
             # other, each "under 5 %" off the last, must not add up to a large loss.

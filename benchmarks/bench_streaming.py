@@ -916,28 +916,36 @@ def formats_needed(loaders: list[str]) -> dict[tuple[str, str], list[str]]:
     return needed
 
 
+WRITERS_AT_ONCE = 2  # writer processes running together (each is mostly one core's work)
+
+
 def write_datasets(bench: Bench, quick: bool) -> dict[str, str]:
-    """Writes and uploads every format the loaders need; returns the loaders that cannot run
-    (their format could not be written), with the reason."""
+    """Writes and uploads every format the loaders need, two writers at a time; returns the
+    loaders that cannot run (their format could not be written), with the reason."""
     failed: dict[str, str] = {}
     data = bench.run_dir / "data"
     counts = {"images": bench.sizes.images, "text": bench.sizes.texts, "ranks": bench.sizes.ranks}
-    for (fmt, kind), readers in formats_needed(bench.loaders).items():
-        folder = data / f"{fmt}-{kind}"
-        folder.mkdir(parents=True)
-        started = time.perf_counter()
-        spec = {"write": fmt, "kind": kind, "count": counts[kind], "folder": str(folder)}
-        spec_file, out = bench.runner.spec_path(f"write-{fmt}-{kind}")
-        spec_file.write_text(json.dumps({**spec, "out": str(out)}))
-        process = subprocess.Popen(
-            [sys.executable, __file__, "--write", str(spec_file)],
-            env=bench.runner.environments[0],
-            cwd=bench.run_dir,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        bench.runner.children.add(process.pid)
+    waiting = list(formats_needed(bench.loaders).items())
+    running: list[tuple[tuple[str, str], list[str], Path, float, subprocess.Popen[bytes]]] = []
+    while waiting or running:
+        while waiting and len(running) < WRITERS_AT_ONCE:
+            (fmt, kind), readers = waiting.pop(0)
+            folder = data / f"{fmt}-{kind}"
+            folder.mkdir(parents=True)
+            spec = {"write": fmt, "kind": kind, "count": counts[kind], "folder": str(folder)}
+            spec_file, out = bench.runner.spec_path(f"write-{fmt}-{kind}")
+            spec_file.write_text(json.dumps({**spec, "out": str(out)}))
+            process = subprocess.Popen(
+                [sys.executable, __file__, "--write", str(spec_file)],
+                env=bench.runner.environments[0],
+                cwd=bench.run_dir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            bench.runner.children.add(process.pid)
+            running.append(((fmt, kind), readers, folder, time.perf_counter(), process))
+        (fmt, kind), readers, folder, started, process = running.pop(0)
         output, _ = process.communicate(timeout=bench.runner.timeout * 2)
         bench.runner.stop(process)
         if process.returncode != 0:

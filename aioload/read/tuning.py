@@ -7,9 +7,10 @@ clock and a simulated store. :class:`AutoConcurrency` is the glue an
 :class:`~aioload.read.eager.ItemPool` calls: the real clock, and the process's count of
 throttled reads (:mod:`aioload.stats.throttles`).
 
-How the limit moves, one *interval* at a time (at least :data:`LEAST_INTERVAL` seconds
-and 16 items; two mean latencies while it grows, three while it holds; the first latency
-after a change is not measured, so that the new limit has filled):
+How the limit moves, one *interval* at a time (at least 16 items, and while it grows
+:data:`LEAST_INTERVAL` seconds and two mean latencies, while it holds
+:data:`LEAST_HOLD_INTERVAL` seconds and three; the first latency after a change is not
+measured, so that the new limit has filled):
 
 - **start**: the first interval measures throughput ``X`` and mean latency ``L`` at
   the starting limit. By Little's law ``X * L`` items were really in flight: when that is
@@ -18,11 +19,12 @@ after a change is not measured, so that the new limit has filled):
   gains at least 15 % throughput: it doubles, and quadruples while a step gained nearly in
   proportion (the store is far from its knee: at 80 ms from 16, four doublings become
   two). A quadrupling that gains nothing is followed by the doubling it skipped, and the
-  best limit measured is held;
+  highest limit measured within 5 % of the best throughput is held;
 - **hold**: every :data:`PROBE_EVERY` intervals it probes 25 % more; a probe that gains
-  5 % is kept (and the next probe follows at once). One that does not is followed by a
-  probe 20 % below the held limit, kept when it loses under 5 %: the latency that rose
-  without throughput gain is given back. A throughput or a mean latency that moves by
+  3 % is kept (and the next probe follows at once). One that does not is followed by a
+  probe 20 % below the held limit, kept when it loses under 2 %: the latency that rose
+  without throughput gain is given back. The thresholds lean upward because the costs do:
+  a limit above the knee only queues reads, one below it loses throughput in proportion. A throughput or a mean latency that moves by
   half or more while the limit is held (the store's latency stepped up or down) starts
   the growth again from the held limit;
 - **throttles**: an interval in which the store throttled reads (503, 429) cuts the
@@ -53,6 +55,7 @@ from collections.abc import Callable
 from aioload.stats.throttles import throttles_noted
 
 __all__ = [
+    "LEAST_HOLD_INTERVAL",
     "LEAST_INTERVAL",
     "PROBE_EVERY",
     "THROTTLE_COOLDOWN",
@@ -60,8 +63,13 @@ __all__ = [
     "ConcurrencyTuner",
 ]
 
-LEAST_INTERVAL = 0.1
-"""The shortest measuring interval, in seconds."""
+LEAST_INTERVAL = 0.15
+"""The shortest measuring interval while the limit grows, in seconds."""
+
+LEAST_HOLD_INTERVAL = 0.3
+"""The shortest measuring interval at a held limit and its probes, in seconds: they compare
+throughputs a few percent apart, which a shorter interval's noise (batches, the collector,
+other processes on the cores) would decide."""
 
 PROBE_EVERY = 4
 """Intervals at a held limit between two probes."""
@@ -73,7 +81,8 @@ _LEAST_ITEMS = 16
 _GROWTH = 1.15  # a step must gain this much throughput to be followed by another
 _PROPORTIONAL = 0.8  # a step that gained this share of its factor: the knee is far, quadruple
 _PROBE_UP, _PROBE_DOWN = 1.25, 0.8
-_KEEP_UP, _KEEP_DOWN = 1.05, 0.95
+_KEEP_UP, _KEEP_DOWN = 1.03, 0.98
+_NEAR_BEST = 0.95  # a limit this close to the best throughput measured while growing is as good
 _THROTTLE_CUT = 7  # tenths of the limit kept at a throttle
 _NOT_BINDING = 0.6  # Little's law's in-flight items below this share of the limit
 _MOVED = 0.5  # a held limit's throughput off by this share: the store changed
@@ -135,8 +144,11 @@ class ConcurrencyTuner:
         self._latency += latency
         elapsed = now - self._begun
         mean = self._latency / self._items
-        latencies = 2 if self._phase == "start" else 3
-        if self._items < _LEAST_ITEMS or elapsed < max(LEAST_INTERVAL, latencies * mean):
+        if self._phase == "start":
+            least = max(LEAST_INTERVAL, 2 * mean)
+        else:
+            least = max(LEAST_HOLD_INTERVAL, 3 * mean)
+        if self._items < _LEAST_ITEMS or elapsed < least:
             return False
         return self._decide(now, self._items / elapsed, mean)
 
@@ -198,8 +210,11 @@ class ConcurrencyTuner:
         return self._hold_best(now)
 
     def _hold_best(self, now: float) -> bool:
-        """Holds the best limit measured while growing (the lowest of equals)."""
-        best_limit = max(sorted(self._measured), key=self._measured.__getitem__)
+        """Holds the highest limit measured while growing that came within
+        :data:`_NEAR_BEST` of the best throughput: a limit above the knee costs little
+        (more reads queue), one below it costs in proportion, and the measurements are noisy."""
+        best = max(self._measured.values())
+        best_limit = max(limit for limit, x in self._measured.items() if x >= _NEAR_BEST * best)
         self._phase, self._previous, self._skipped = "hold", None, None
         self._reference, self._held_for = self._measured[best_limit], 0
         self._reference_latency = 0.0
@@ -256,7 +271,7 @@ class ConcurrencyTuner:
         self._reference_latency = 0.0  # measured again at the limit kept
         if throughput >= self._held[1] * _KEEP_DOWN:
             # The held throughput stays the reference: lower limits kept one after the
-            # other, each "under 5 %" off the last, must not add up to a large loss.
+            # other, each "under 2 %" off the last, must not add up to a large loss.
             self._reference = self._held[1]
             return self._set(now, self.limit)
         self._reference = self._held[1]

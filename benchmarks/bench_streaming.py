@@ -4,7 +4,7 @@ Run by hand from the repository root (Linux: the figures come from ``/proc``)::
 
     pip install -e '.[bench-peers]'   # after torch's and torchvision's CPU builds, see below
     python benchmarks/bench_streaming.py             # 20,000 samples: about 10 minutes on 2 cores
-    python benchmarks/bench_streaming.py --quick     # smoke run: 1,000 samples, 20 ms only, ~4 min
+    python benchmarks/bench_streaming.py --quick     # smoke run: 1,000 samples, 20 ms only, 3 min
     python benchmarks/bench_streaming.py --only aioload-tar --only webdataset
 
 The contenders, each with the settings its documentation recommends (``streaming_loaders.py``

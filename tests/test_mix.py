@@ -314,6 +314,14 @@ def test_the_mix_state_holds_the_draws_and_each_source_state() -> None:
         again.load_state_dict({**state, "sources": state["sources"][:2]})
 
 
+@pytest.mark.parametrize("field", ["draws", "epoch"])
+def test_a_mix_state_with_a_bool_count_is_refused(field: str) -> None:
+    mix = MixDataset(sources(n=10), WEIGHTS, seed=3)
+    state = {**mix.state_dict(), field: True}  # JSON's true: an int to isinstance
+    with pytest.raises(ValueError):
+        MixDataset(sources(n=10), WEIGHTS, seed=3).load_state_dict(state)
+
+
 def test_a_source_without_state_dict_is_named() -> None:
     mix = MixDataset([Source(0), Plain()], [1, 1])
     with pytest.raises(AttributeError, match=r"source 1 \(Plain\) has no state_dict"):

@@ -461,7 +461,7 @@ def check_worker_streams(state: Any, num_workers: int) -> None:
     if (
         not isinstance(workers, list)
         or len(workers) != num_workers
-        or not isinstance(turn, int)
+        or not is_int(turn)
         or not 0 <= turn < num_workers
     ):
         raise ValueError(

@@ -24,9 +24,9 @@ measured, so that the new limit has filled):
   3 % is kept (and the next probe follows at once). One that does not is followed by a
   probe 20 % below the held limit, kept when it loses under 2 %: the latency that rose
   without throughput gain is given back. The thresholds lean upward because the costs do:
-  a limit above the knee only queues reads, one below it loses throughput in proportion. A throughput or a mean latency that moves by
-  half or more while the limit is held (the store's latency stepped up or down) starts
-  the growth again from the held limit;
+  a limit above the knee only queues reads, one below it loses throughput in proportion.
+  A throughput or a mean latency that moves by half or more while the limit is held (the
+  store's latency stepped up or down) starts the growth again from the held limit;
 - **throttles**: an interval in which the store throttled reads (503, 429) cuts the
   limit to 70 % at once, and no probe upward follows for :data:`THROTTLE_COOLDOWN`
   intervals (additive increase, multiplicative decrease).

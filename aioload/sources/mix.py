@@ -300,9 +300,9 @@ class MixDataset(IterableDataset[Any]):
         if (
             not isinstance(state, Mapping)
             or state.get("type") != "MixDataset"
-            or not isinstance(draws, int)
+            or not is_int(draws)
             or draws < 0
-            or not isinstance(epoch, int)
+            or not is_int(epoch)
             or epoch < 0
             or not isinstance(exhausted, list)
             or len(exhausted) != count

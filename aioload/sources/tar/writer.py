@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from aioload.checks import is_int
 from aioload.sources.tar.index import INDEX_SUFFIX, ShardIndex
 
 __all__ = ["ShardWriter"]
@@ -151,7 +152,7 @@ class ShardWriter:
             ) from None
         if first == pattern % (start_shard + 1):
             raise ValueError(f"pattern {pattern!r} gives every shard the same name")
-        if not isinstance(maxcount, int) or maxcount < 1:
+        if not is_int(maxcount) or maxcount < 1:
             raise ValueError(f"maxcount should be a positive int; got {maxcount!r}")
         if not maxsize > 0:
             raise ValueError(f"maxsize should be a positive number of bytes; got {maxsize!r}")

@@ -289,19 +289,22 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         read comes as a skip marker.
         """
         stream, skipped, _ = await self._open(batch_size, guard)
+        names = self.files.schema.names  # type: ignore[union-attr]
+        take = stream.take
         try:
             for marker in skipped:
                 yield marker
             while True:
-                piece = await stream.take(batch_size)
-                short = isinstance(piece, Piece) and drop_last and len(piece) < batch_size
-                if piece is None or short:
-                    return
-                if not isinstance(piece, Piece):
+                piece = await take(batch_size)
+                if type(piece) is not Piece:
+                    if piece is None:
+                        return
                     yield piece  # a skip marker
                     continue
-                names = self.files.schema.names  # type: ignore[union-attr]
-                yield ArrowRows(piece.make_table, piece.views, names=names, length=len(piece))
+                length = len(piece)
+                if drop_last and length < batch_size:
+                    return
+                yield ArrowRows(piece.make_table, piece.views, names=names, length=length)
         finally:
             await stream.aclose()
 

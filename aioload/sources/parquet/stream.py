@@ -54,10 +54,11 @@ class Piece:
     """Rows of a stream: rows ``start`` to ``start + length - 1`` of a table (with numpy
     views of its numeric columns), and which rows of the dataset they are — as runs of
     one unit's consecutive rows (rows straight from the input) or as ``refs``, an ``(n, 2)``
-    array of unit, row (rows out of the shuffle buffer). Cutting one costs no Arrow work:
-    the table and views are sliced when asked for."""
+    array of unit, row (rows out of the shuffle buffer). Cutting one costs no Arrow work
+    and no bookkeeping: a :meth:`window` shares its table and views, sliced when asked
+    for, and its runs or refs are its parent's, cut when asked for (a checkpoint)."""
 
-    __slots__ = ("_length", "_refs", "_runs", "_source", "_start", "_table", "_views")
+    __slots__ = ("_length", "_of", "_refs", "_runs", "_source", "_start", "_table", "_views")
 
     def __init__(
         self,
@@ -75,7 +76,8 @@ class Piece:
         whole = start == 0 and self._length == table.num_rows
         self._table: pa.Table | None = table if whole else None
         self._refs = refs
-        self._runs = runs
+        self._runs = runs if runs is not None or refs is not None else []
+        self._of: tuple[Piece, int] | None = None  # a window's parent, and where in it
 
     def __len__(self) -> int:
         return self._length
@@ -97,33 +99,49 @@ class Piece:
         first, end = self._start, self._start + self._length
         return {name: view[first:end] for name, view in self._views.items()}
 
+    def by_runs(self) -> bool:
+        """Whether the rows are labelled by runs (else by refs)."""
+        piece = self
+        while piece._runs is None and piece._refs is None:
+            assert piece._of is not None
+            piece = piece._of[0]
+        return piece._runs is not None
+
     @property
     def refs(self) -> np.ndarray[Any, Any]:
         """The rows, as an ``(n, 2)`` array of unit, row."""
         if self._refs is None:
-            self._refs = refs_of(self._runs or [])
+            if self._runs is None and self._of is not None and not self.by_runs():
+                parent, first = self._of
+                self._refs = parent.refs[first : first + self._length]
+            else:
+                self._refs = refs_of(self.runs())
         return self._refs
 
     def runs(self) -> list[Segment]:
         """The rows, as runs."""
         if self._runs is None:
-            self._runs = [Segment(*run) for run in runs_of(self.refs)]
+            if self._of is not None and self.by_runs():
+                parent, first = self._of
+                self._runs = take(parent.runs(), first, first + self._length)
+            else:
+                self._runs = [Segment(*run) for run in runs_of(self.refs)]
         return self._runs
+
+    def window(self, first: int, stop: int) -> Piece:
+        """Rows ``first`` to ``stop - 1`` of this piece, with no work until asked for."""
+        piece = Piece.__new__(Piece)
+        piece._source, piece._views = self._source, self._views
+        piece._start, piece._length = self._start + first, stop - first
+        whole = first == 0 and stop == self._length
+        piece._table = self._table if whole else None
+        piece._refs = piece._runs = None
+        piece._of = (self, first)
+        return piece
 
     def cut(self, count: int) -> tuple[Piece, Piece]:
         """The first ``count`` rows, and the rest."""
-        source, views, start, rest = self._source, self._views, self._start, self._length - count
-        if self._runs is None:
-            head_refs, tail_refs = self.refs[:count], self.refs[count:]
-            return (
-                Piece(source, head_refs, views=views, start=start, length=count),
-                Piece(source, tail_refs, views=views, start=start + count, length=rest),
-            )
-        head_runs, tail_runs = take(self._runs, 0, count), take(self._runs, count, len(self))
-        return (
-            Piece(source, runs=head_runs, views=views, start=start, length=count),
-            Piece(source, runs=tail_runs, views=views, start=start + count, length=rest),
-        )
+        return self.window(0, count), self.window(count, self._length)
 
     def take(self, positions: np.ndarray[Any, Any]) -> Piece:
         """The rows at ``positions``, in that order."""
@@ -142,7 +160,7 @@ def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
     each = [piece.views for piece in pieces]
     names = set.intersection(*(set(views) for views in each))
     views = {name: np.concatenate([piece_views[name] for piece_views in each]) for name in names}
-    if all(piece._runs is not None for piece in pieces):
+    if all(piece.by_runs() for piece in pieces):
         return Piece(table, runs=[run for piece in pieces for run in piece.runs()], views=views)
     return Piece(table, np.concatenate([piece.refs for piece in pieces]), views=views)
 
@@ -207,16 +225,24 @@ class RowStream:
         empty = join([], schema)
         self._buffer = buffer if buffer is not None else empty
         self._ready: deque[Piece] = deque([ready] if ready is not None and len(ready) else [])
+        self._at = 0  # the rows of the first ready piece before this are taken
         self._ready_rows = sum(len(piece) for piece in self._ready)
         self._draining = draining
 
     def state(self, epoch: int, layout: dict[str, Any]) -> RowsState:
         """What is left, between two :meth:`take` calls."""
         runs = [segment for segment, _, _ in self._reading] + list(self._pending)
-        ready = [run for piece in self._ready for run in piece.runs()]
+        ready = [run for piece in self._ready_pieces() for run in piece.runs()]
         buffer = self._buffer.runs()
         rng = dict(self._rng.bit_generator.state) if self._shuffle else None
         return RowsState(epoch, layout, runs, buffer, ready, rng, self._draining)
+
+    def _ready_pieces(self) -> list[Piece]:
+        """The ready rows, as pieces (the first one's rows before ``_at`` are taken)."""
+        pieces = list(self._ready)
+        if pieces and self._at:
+            pieces[0] = pieces[0].window(self._at, len(pieces[0]))
+        return pieces
 
     async def take(self, count: int) -> Piece | Any | None:
         """Up to ``count`` rows (fewer only at the end); a skip marker; None: the end."""
@@ -228,17 +254,32 @@ class RowStream:
                 return filled  # a skip marker: the range it names is dropped
         if not self._ready_rows:
             return None
+        ready, at = self._ready, self._at
+        head = ready[0]
+        stop = at + count
+        if stop <= len(head):
+            # Most batches: a window of the first ready piece (a decoded row group), its
+            # rows found by moving ``_at`` on, nothing cut or joined.
+            self._ready_rows -= count
+            if stop == len(head):
+                ready.popleft()
+                stop = 0
+            self._at = stop
+            return head.window(at, at + count)
         taken: list[Piece] = []
         wanted = count
-        while wanted and self._ready:
-            piece = self._ready.popleft()
-            if len(piece) > wanted:
-                piece, rest = piece.cut(wanted)
-                self._ready.appendleft(rest)
-            taken.append(piece)
-            wanted -= len(piece)
-        got = count - wanted
-        self._ready_rows -= got
+        while wanted and ready:
+            piece = ready[0]
+            end = min(len(piece), at + wanted)
+            taken.append(piece.window(at, end))
+            wanted -= end - at
+            if end == len(piece):
+                ready.popleft()
+                at = 0
+            else:
+                at = end
+        self._at = at
+        self._ready_rows -= count - wanted
         return join(taken, self._schema)
 
     async def _fill(self) -> bool | Any:

@@ -52,9 +52,10 @@ from typing import Any, Literal
 from aioload.faults.guard import StreamGuard
 from aioload.faults.policy import Skip
 from aioload.sources.parquet.arrow_rows import ArrowRows
+from aioload.sources.parquet.early import EarlyReads
 from aioload.sources.parquet.files import ParquetFiles
 from aioload.sources.parquet.state import READY_SLACK, RowsState, check_rows_state, refs_of
-from aioload.sources.parquet.stream import Piece, RowStream, read_rows
+from aioload.sources.parquet.stream import FILES_AT_ONCE, Piece, RowStream, read_rows
 from aioload.sources.sizes import parse_size
 from aioload.sources.stores.reads import CountedReads
 from aioload.sources.streams.dataset import StreamDataset
@@ -243,10 +244,40 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
     ) -> tuple[RowStream, list[Skip], _Held]:
         """This worker's stream, the skip markers to yield before it (the files left out
         as unreadable), and the rows of it taken and not all yielded yet."""
-        await self.files.load()
-        skipped = self._unreadable(guard)
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        early = self._early_reads(worker, workers)
+        try:
+            return await self._open_stream(batch, guard, info, worker, workers, early)
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
+
+    def _early_reads(self, worker: int, workers: int) -> EarlyReads | None:
+        """What this worker's stream reads first, read while the footers arrive, where the
+        footers are still to be read and the row groups are the files' in order."""
+        if (
+            self.files.loaded
+            or self.split != "row_groups"
+            or self.shuffle_units
+            or self._resume is not None
+        ):
+            return None
+        offset, stride = self.rank + self.world_size * worker, self.world_size * workers
+        return EarlyReads(self.files, self.read_ahead, FILES_AT_ONCE, offset, stride)
+
+    async def _open_stream(
+        self,
+        batch: int | None,
+        guard: StreamGuard | None,
+        info: Any,
+        worker: int,
+        workers: int,
+        early: EarlyReads | None,
+    ) -> tuple[RowStream, list[Skip], _Held]:
+        await self.files.load(on_footer=None if early is None else early.footer_in)
+        skipped = self._unreadable(guard)
         if batch is None and info is not None:
             batch = info.batch_size
         start = self._start(worker, workers, batch)
@@ -274,6 +305,7 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
             buffer,
             ready,
             draining,
+            early,
         )
         held = _Held()
         self._live = partial(_state_of, stream, self.epoch, start.layout, held)
@@ -296,7 +328,7 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
                 yield marker
             while True:
                 piece = await take(batch_size)
-                if type(piece) is not Piece:
+                if not isinstance(piece, Piece):
                     if piece is None:
                         return
                     yield piece  # a skip marker

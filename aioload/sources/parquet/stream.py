@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from aioload.faults.guard import StreamGuard
 from aioload.sources.parquet.arrow_rows import numeric_views, take_rows
+from aioload.sources.parquet.early import EarlyReads
 from aioload.sources.parquet.state import RowsState, refs_of, runs_of
 from aioload.sources.streams.split import Segment, take
 
@@ -207,8 +208,10 @@ class RowStream:
         buffer: Piece | None = None,
         ready: Piece | None = None,
         draining: bool = False,
+        early: EarlyReads | None = None,
     ) -> None:
         self._pending: deque[Segment] = deque(run for run in runs if len(run))
+        self._early = early
         self._read = read
         self._schema = schema
         self._read_ahead = read_ahead
@@ -218,7 +221,8 @@ class RowStream:
         self._rng = rng
         self._describe = describe
         self._file_of = file_of
-        self._files_at_once: asyncio.Semaphore | None = None  # made on the stream's loop
+        # Made on the stream's loop (shared with the reads started early).
+        self._files_at_once = None if early is None else early.files_at_once
         self._guard = guard
         # Each row range being read, the read (shared by a refill's ranges), its table's number.
         self._reading: deque[tuple[Segment, asyncio.Task[list[Any]], int]] = deque()
@@ -340,14 +344,29 @@ class RowStream:
         by_file: dict[int, list[int]] = {}
         for segment in segments:
             by_file.setdefault(self._file_of(segment.shard), []).append(segment.shard)
-        tasks = {
-            file: asyncio.ensure_future(self._read_units(units)) for file, units in by_file.items()
-        }
+        tasks = {file: self._start_read(units) for file, units in by_file.items()}
+        if self._early is not None:
+            self._early.cancel()  # the first refill took what it could of them
+            self._early = None
         taken: dict[int, int] = {}
         for segment in segments:
             file = self._file_of(segment.shard)
             number = taken[file] = taken.get(file, -1) + 1
             self._reading.append((segment, tasks[file], number))
+
+    def _start_read(self, units: list[int]) -> asyncio.Task[list[Any]]:
+        early = None if self._early is None else self._early.take(units)
+        if early is None:
+            return asyncio.ensure_future(self._read_units(units))
+        return asyncio.ensure_future(self._read_early(early, units))
+
+    async def _read_early(self, early: asyncio.Task[list[Any]], units: list[int]) -> list[Any]:
+        # The read started before the footers were all in, for these very units; one that
+        # failed is read again, as the stream would have read it (under its policy).
+        try:
+            return await early
+        except Exception:
+            return await self._read_units(units)
 
     async def _read_units(self, units: list[int]) -> list[Any]:
         # Files are read FILES_AT_ONCE at a time, in the stream's order: the first one's rows
@@ -409,6 +428,9 @@ class RowStream:
 
     async def aclose(self) -> None:
         """Cancels the reads ahead and waits for them to end."""
+        if self._early is not None:
+            self._early.cancel()
+            self._early = None
         tasks = list({id(task): task for _, task, _ in self._reading}.values())
         self._reading.clear()
         for task in tasks:

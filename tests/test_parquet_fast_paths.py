@@ -5,8 +5,10 @@
 - reads started while the footers arrive (``EarlyReads``) against a stream whose footers
   were all read first: the same batches and the same ``state_dict`` after every batch, the
   early reads really taken (and one that fails read again);
-- the checkpoint state taken after each batch as the loader takes it, against
-  ``state_dict()`` asked at the same point.
+- the checkpoint state taken after each batch as the loader takes it (a snapshot, made
+  into JSON only when a checkpoint asks), against ``state_dict()`` asked at the same point,
+  resolved long after, pickled, and resumed from;
+- the loader over such streams (one task reading the stream), resumed exactly.
 
 Files are written by pyarrow (uneven sizes, several row groups) and read
 through ``file://`` URLs.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from typing import Any
 
 import numpy as np
@@ -24,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from aioload import DataLoader
+from aioload.data.row_block import LazyState, resolve_state
 from aioload.sources import IterableParquetDataset
 from aioload.sources.parquet import early as early_module
 from aioload.sources.parquet.early import EarlyReads
@@ -191,3 +195,58 @@ def test_the_loader_resumes_early_read_streams_exactly(urls: list[str], in_loade
         resumed = loader()
         resumed.load_state_dict(state)
         assert full[:stop] + ids(resumed) == full, stop
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"read_ahead": 1},
+        {"read_ahead": 200},
+        {"shuffle_buffer": 9, "seed": 3, "read_ahead": 1},
+        {"shuffle_buffer": 40, "shuffle_row_groups": True, "seed": 1},
+    ],
+)
+@pytest.mark.parametrize("rows", [False, True])
+def test_a_snapshot_resolves_later_to_the_state_of_its_moment(
+    urls: list[str], options: dict[str, Any], rows: bool
+) -> None:
+    """What the loader takes after each batch (``state_snapshot``), resolved only at the end,
+    is ``state_dict()`` as it was then, and resumes exactly; pickled, it is that JSON."""
+    dataset = make(urls, False, **options)
+    snapshots: list[Any] = []
+    states: list[Any] = []
+    taken: list[int] = []
+
+    async def run() -> None:
+        if rows:  # row by row (the loader without automatic batching)
+            async for row in dataset:
+                taken.append(int(row["id"]))
+                snapshots.append(dataset.state_snapshot())
+                states.append(json.loads(json.dumps(dataset.state_dict())))
+            return
+        stream = dataset.batch_stream(4, False, None)
+        async for block in stream:
+            taken.extend(np.asarray(block.collate()["id"]).tolist())
+            snapshots.append(dataset.state_snapshot())
+            states.append(json.loads(json.dumps(dataset.state_dict())))
+        await stream.aclose()
+
+    asyncio.run(run())
+    assert sorted(taken) == list(range(TOTAL))
+    assert all(isinstance(snapshot, LazyState) for snapshot in snapshots)
+    resolved = [resolve_state(snapshot) for snapshot in snapshots]
+    assert resolved == states
+    assert resolve_state(snapshots[0]) is not resolve_state(snapshots[0])  # a new one each time
+    assert [pickle.loads(pickle.dumps(snapshot)) for snapshot in snapshots[:3]] == states[:3]
+    for number in (0, len(states) // 2):
+        again = make(urls, True, **options)
+        again.load_state_dict(resolved[number])
+        rest: list[int] = []
+
+        async def finish(source: IterableParquetDataset = again, into: list[int] = rest) -> None:
+            async for row in source:
+                into.append(int(row["id"]))
+
+        asyncio.run(finish())
+        done = number + 1 if rows else sum(min(4, TOTAL - 4 * i) for i in range(number + 1))
+        assert taken[:done] + rest == taken, number

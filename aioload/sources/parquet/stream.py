@@ -26,8 +26,10 @@ and the stream goes on with the next range.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -235,18 +237,24 @@ class RowStream:
 
     def state(self, epoch: int, layout: dict[str, Any]) -> RowsState:
         """What is left, between two :meth:`take` calls."""
-        runs = [segment for segment, _, _ in self._reading] + list(self._pending)
-        ready = [run for piece in self._ready_pieces() for run in piece.runs()]
-        buffer = self._buffer.runs()
-        rng = dict(self._rng.bit_generator.state) if self._shuffle else None
-        return RowsState(epoch, layout, runs, buffer, ready, rng, self._draining)
+        return self.snapshot(epoch, layout)()
 
-    def _ready_pieces(self) -> list[Piece]:
-        """The ready rows, as pieces (the first one's rows before ``_at`` are taken)."""
-        pieces = list(self._ready)
-        if pieces and self._at:
-            pieces[0] = pieces[0].window(self._at, len(pieces[0]))
-        return pieces
+    def snapshot(self, epoch: int, layout: dict[str, Any]) -> Callable[[], RowsState]:
+        """:meth:`state` as of now, made when called: O(1) now (copies of the few things
+        that change; the pieces and runs in them never change), the runs listed later."""
+        rng = dict(self._rng.bit_generator.state) if self._shuffle else None
+        return partial(
+            _state_of,
+            epoch,
+            layout,
+            tuple(self._reading),
+            tuple(self._pending),
+            tuple(self._ready),
+            self._at,
+            self._buffer,
+            rng,
+            self._draining,
+        )
 
     async def take(self, count: int) -> Piece | Any | None:
         """Up to ``count`` rows (fewer only at the end); a skip marker; None: the end."""
@@ -440,6 +448,28 @@ class RowStream:
                 await task
             except BaseException:
                 pass
+
+
+def _state_of(
+    epoch: int,
+    layout: dict[str, Any],
+    reading: tuple[tuple[Segment, Any, int], ...],
+    pending: tuple[Segment, ...],
+    ready: tuple[Piece, ...],
+    at: int,
+    buffer: Piece,
+    rng: dict[str, Any] | None,
+    draining: bool,
+) -> RowsState:
+    """A stream's state from what :meth:`RowStream.snapshot` kept (the first ready piece's
+    rows before ``at`` are taken)."""
+    runs = [segment for segment, _, _ in reading] + list(pending)
+    pieces = list(ready)
+    if pieces and at:
+        pieces[0] = pieces[0].window(at, len(pieces[0]))
+    listed = [run for piece in pieces for run in piece.runs()]
+    rng = None if rng is None else copy.deepcopy(rng)  # a new state each time
+    return RowsState(epoch, layout, runs, buffer.runs(), listed, rng, draining)
 
 
 async def read_rows(refs: np.ndarray[Any, Any], read: ReadUnits, schema: pa.Schema) -> Piece:

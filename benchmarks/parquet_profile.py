@@ -5,8 +5,9 @@ Two tables, so that the next regression shows where it is:
 - **the epoch, stage by stage** (:func:`epoch_phases`): a fresh dataset's epoch through
   ``DataLoader`` (``for``, 0 workers) against the real server, its clock split at the
   footers (:meth:`ParquetFiles.load`), the first batch the consumer receives, and the last
-  one; beside it the reads (every ``read_many`` call, fetch and decode: from the first one's
-  start to the last one's end, and their sum, which overlaps the loop).
+  one; beside it the reads (every ``read_groups`` call, one file's row groups fetched and
+  decoded: when the first starts and ends, from the first one's start to the last one's
+  end, and their sum, which overlaps the loop).
 - **a batch's way from a decoded row group to the caller** (:func:`batch_path`): the same
   epoch with every row group decoded already (the dataset's reads answered from memory),
   so that only the per-batch work is left, measured by adding one step at a time — the
@@ -16,7 +17,8 @@ Two tables, so that the next regression shows where it is:
   before, in CPU time (the process's), medians of runs taking turns.
 
 Only public or documented names are used (``batch_stream``, ``state_snapshot``,
-``files.load``/``files.read_many``), so a refactor of the stream keeps the profile valid.
+``files.load``/``files.read_groups``/``files.read_many``), so that a refactor of the stream
+keeps the profile valid.
 
 Example::
 
@@ -59,7 +61,7 @@ def epoch_phases(
         reads: list[tuple[float, float]] = []
         files = dataset.files
         files.load = _timed(footers, files.load)
-        files.read_many = _timed(reads, files.read_many)
+        files.read_groups = _timed(reads, files.read_groups)
         start = time.perf_counter()
         first = None
         batches = 0
@@ -76,6 +78,8 @@ def epoch_phases(
             "footers (before any data)": footers_end - start,
             "first batch, after the footers": first - footers_end,
             "the other batches": end - first,
+            "first read starts (after the epoch's)": min(s for s, _ in reads) - start,
+            "first read ends": min(e for _, e in reads) - start,
             "reads: first start to last end": max(e for _, e in reads) - min(s for s, _ in reads),
             "reads: sum of their spans": sum(e - s for s, e in reads),
         }
@@ -84,7 +88,7 @@ def epoch_phases(
     per_batch = statistics.median(rows["the other batches"]) / max(batches - 1, 1)
     notes = {
         "the other batches": f"{per_batch * 1e6:.1f} µs a batch ({batches} batches)",
-        "reads: sum of their spans": "read_many calls: fetch + decode, overlapping",
+        "reads: sum of their spans": "one file's row groups each: fetch + decode, overlapping",
     }
     return [(name, statistics.median(v) * 1e3, notes.get(name, "")) for name, v in rows.items()]
 

@@ -59,7 +59,7 @@ from aioload.sources.parquet.read import (
     read_row_groups,
 )
 from aioload.sources.stores.braces import expand_urls
-from aioload.sources.stores.reads import read_bytes
+from aioload.sources.stores.reads import read_buffer, read_bytes
 from aioload.sources.stores.store import StoreLocations
 from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather, run_blocking
 from aioload.stats.source_counts import SourceCounter
@@ -364,11 +364,11 @@ class ParquetFiles:
         found = await cache.read_many(entries, fetch, self.counts)
         return [(first, data) for (first, _), data in zip(chunks, found, strict=True)]
 
-    async def _read_from_store(self, file: int, first: int, end: int) -> bytes:
+    async def _read_from_store(self, file: int, first: int, end: int) -> memoryview:
         """Bytes ``first`` to ``end - 1`` of file ``file``, from the store (never the cache)."""
         location, path = self._locations.of(self.urls[file])
         shown = redact_url(self.urls[file])
-        _, data = await read_bytes(location, path, shown, self.counts, (first, end))
+        _, data = await read_buffer(location, path, shown, self.counts, (first, end))
         return data
 
     async def _read_bytes(self, file: int, byte_range: int | tuple[int, int]) -> tuple[int, bytes]:

@@ -51,7 +51,7 @@ COALESCE_GAP = 256 << 10
 
 _OLD_WRITER_PAD = 100  # pyarrow reads this past a chunk for files of old parquet-mr writers
 
-Fetch = Callable[[int, int], Awaitable[bytes]]
+Fetch = Callable[[int, int], Awaitable[bytes | memoryview]]
 """Reads bytes ``first`` to ``end - 1`` of the file."""
 
 Placed = list[tuple[int, bytes | memoryview]]

@@ -13,7 +13,8 @@
   cheaper than a thread hop.
   The sync facade reads in a thread too when the loader has a ``timeout``,
   so that a read that never returns can be left behind (below).
-- Iterable datasets are read in order, one batch after the other.
+- Iterable datasets are read in order, one batch after the other (an async stream by
+  one task for the epoch, which takes the batches as they are submitted).
 - Closing waits for the sync reads still running (they cannot be
   interrupted) — unless the epoch is *abandoned* (its consumer timed out, or
   was interrupted): then a running read is left to finish in its daemon

@@ -125,6 +125,8 @@ def test_early_reads_give_the_batches_and_states_of_footers_read_first(
     assert fast == plain
     if read_ahead == 1:
         assert taken == [(0,)]  # one row group: what the read-ahead takes first
+    if read_ahead == 10**9:  # the very first row group alone, then the rest of its file's
+        assert taken[0] == (0,) and taken[1] == tuple(range(1, 5))
 
 
 def test_a_failed_early_read_is_read_again(

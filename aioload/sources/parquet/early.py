@@ -4,8 +4,8 @@ A stream whose row groups are the files' in their order (``split="row_groups"``,
 ``shuffle_row_groups``, not resumed: every ``stride``-th unit from ``offset``, the rank's and
 worker's) knows its first read before the footers of the later files are in: its row groups
 of the first files, as many as its read-ahead takes (at least one), each file's together
-(the very first alone) — what
-:class:`~aioload.sources.parquet.stream.RowStream`'s first refill asks for. So while the
+(the very first alone) — what :class:`~aioload.sources.parquet.stream.RowStream`'s first
+refill asks for. So while the
 footers arrive (:meth:`ParquetFiles.load <aioload.sources.parquet.files.ParquetFiles.load>`
 reports each one), :class:`EarlyReads` starts the read of each file whose footer and those
 of every file before it are in (a file's first unit is then known), in the files' order,

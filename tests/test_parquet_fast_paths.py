@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -252,3 +253,13 @@ def test_a_snapshot_resolves_later_to_the_state_of_its_moment(
         asyncio.run(finish())
         done = number + 1 if rows else sum(min(4, TOTAL - 4 * i) for i in range(number + 1))
         assert taken[:done] + rest == taken, number
+
+
+def test_early_reads_through_the_local_cache(urls: list[str], tmp_path: Path) -> None:
+    """Early reads keep and find their chunks in the cache as the stream's own reads do."""
+    plain = epoch(make(urls, True), 8)
+    for _ in range(2):  # the first epoch fills the cache, the second reads from it
+        dataset = make(urls, False, cache_dir=tmp_path / "cache")
+        assert epoch(dataset, 8) == plain
+    counts = dataset.take_source_counts()  # the second epoch's: all from the cache
+    assert counts is not None and counts.cache_hits and not counts.store_bytes

@@ -263,3 +263,25 @@ def test_early_reads_through_the_local_cache(urls: list[str], tmp_path: Path) ->
         assert epoch(dataset, 8) == plain
     counts = dataset.take_source_counts()  # the second epoch's: all from the cache
     assert counts is not None and counts.cache_hits and not counts.store_bytes
+
+
+def test_a_snapshot_keeps_no_rows_alive(urls: list[str]) -> None:
+    """A state kept by the loader (the last one, between epochs too) holds labels only."""
+    dataset = make(urls, True, read_ahead=10**9, shuffle_buffer=6)
+    kept: list[Any] = []
+
+    async def run() -> None:
+        stream = dataset.batch_stream(4, False, None)
+        async for _ in stream:
+            kept.append(dataset.state_snapshot())
+            break
+        await stream.aclose()
+
+    asyncio.run(run())
+    frame = kept[0]._make.args  # what the snapshot holds: segments, labels, no tables
+    pieces = [p for p in frame if hasattr(p, "labels")] + [
+        p for part in frame if isinstance(part, tuple) for p in part if hasattr(p, "labels")
+    ]
+    assert pieces and all(piece.make_table().num_columns == 0 for piece in pieces)
+    parts = [part for held in frame if isinstance(held, tuple) for part in held]
+    assert not any(isinstance(part, asyncio.Task | tuple) for part in parts)

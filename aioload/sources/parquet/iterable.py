@@ -405,7 +405,7 @@ def _snapshot_of(
     piece, taken = held.piece, held.next
     if piece is None:
         return made
-    return partial(_with_held, made, piece, taken)
+    return partial(_with_held, made, piece.labels(), taken)  # no table kept alive
 
 
 def _with_held(made: Callable[[], RowsState], piece: Piece, taken: int) -> RowsState:

@@ -61,7 +61,17 @@ class Piece:
     and no bookkeeping: a :meth:`window` shares its table and views, sliced when asked
     for, and its runs or refs are its parent's, cut when asked for (a checkpoint)."""
 
-    __slots__ = ("_length", "_of", "_refs", "_runs", "_source", "_start", "_table", "_views")
+    __slots__ = (
+        "_label",
+        "_length",
+        "_of",
+        "_refs",
+        "_runs",
+        "_source",
+        "_start",
+        "_table",
+        "_views",
+    )
 
     def __init__(
         self,
@@ -81,6 +91,7 @@ class Piece:
         self._refs = refs
         self._runs = runs if runs is not None or refs is not None else []
         self._of: tuple[Piece, int] | None = None  # a window's parent, and where in it
+        self._label: Piece | None = None  # its labels without its rows (see labels())
 
     def __len__(self) -> int:
         return self._length
@@ -138,9 +149,22 @@ class Piece:
         piece._start, piece._length = self._start + first, stop - first
         whole = first == 0 and stop == self._length
         piece._table = self._table if whole else None
-        piece._refs = piece._runs = None
+        piece._refs = piece._runs = piece._label = None
         piece._of = (self, first)
         return piece
+
+    def labels(self) -> Piece:
+        """A piece of the same rows' labels (runs or refs) without the rows: what a state
+        keeps, so that it holds no table alive (made once)."""
+        label = self._label
+        if label is None:
+            runs = self._runs if self._runs is not None or self._refs is not None else self.runs()
+            label = Piece.__new__(Piece)
+            label._source, label._views, label._table = _NO_ROWS, {}, None
+            label._start, label._length = 0, self._length
+            label._refs, label._runs, label._of = self._refs, runs, None
+            label._label = self._label = label
+        return label
 
     def cut(self, count: int) -> tuple[Piece, Piece]:
         """The first ``count`` rows, and the rest."""
@@ -151,6 +175,9 @@ class Piece:
         rows = positions + self._start
         views = {name: view[rows] for name, view in self._views.items()}
         return Piece(self._source.take(pa.array(rows)), self.refs[positions], views=views)
+
+
+_NO_ROWS = pa.table({})  # the table of a piece of labels alone (Piece.labels)
 
 
 def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
@@ -248,11 +275,11 @@ class RowStream:
             _state_of,
             epoch,
             layout,
-            tuple(self._reading),
+            tuple([segment for segment, _, _ in self._reading]),
             tuple(self._pending),
-            tuple(self._ready),
+            tuple([piece.labels() for piece in self._ready]),
             self._at,
-            self._buffer,
+            self._buffer.labels(),
             rng,
             self._draining,
         )
@@ -460,7 +487,7 @@ class RowStream:
 def _state_of(
     epoch: int,
     layout: dict[str, Any],
-    reading: tuple[tuple[Segment, Any, int], ...],
+    reading: tuple[Segment, ...],
     pending: tuple[Segment, ...],
     ready: tuple[Piece, ...],
     at: int,
@@ -470,7 +497,7 @@ def _state_of(
 ) -> RowsState:
     """A stream's state from what :meth:`RowStream.snapshot` kept (the first ready piece's
     rows before ``at`` are taken)."""
-    runs = [segment for segment, _, _ in reading] + list(pending)
+    runs = [*reading, *pending]
     pieces = list(ready)
     if pieces and at:
         pieces[0] = pieces[0].window(at, len(pieces[0]))

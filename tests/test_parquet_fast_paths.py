@@ -285,3 +285,27 @@ def test_a_snapshot_keeps_no_rows_alive(urls: list[str]) -> None:
     assert pieces and all(piece.make_table().num_columns == 0 for piece in pieces)
     parts = [part for held in frame if isinstance(held, tuple) for part in held]
     assert not any(isinstance(part, asyncio.Task | tuple) for part in parts)
+
+
+def test_early_reads_in_worker_processes(urls: list[str]) -> None:
+    """Two worker processes, each reading its own row groups early: the batches and the
+    loader's state (each worker's snapshot, pickled as its JSON) of footers read first."""
+
+    def run(loaded: bool) -> tuple[list[list[int]], Any]:
+        loader = DataLoader(
+            make(urls, loaded, read_ahead=200),
+            batch_size=4,
+            num_workers=2,
+            multiprocessing_context="forkserver",
+            generator=0,  # the same base seed in both loaders
+        )
+        it = iter(loader)
+        batches = [np.asarray(next(it)["id"]).tolist() for _ in range(5)]
+        state = json.loads(json.dumps(loader.state_dict()))
+        batches += [np.asarray(batch["id"]).tolist() for batch in it]
+        return batches, state
+
+    plain, plain_state = run(True)
+    fast, fast_state = run(False)
+    assert fast == plain and fast_state == plain_state
+    assert sorted(i for batch in fast for i in batch) == list(range(TOTAL))

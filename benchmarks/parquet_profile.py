@@ -78,6 +78,7 @@ def epoch_phases(
         footers_end = footers[0][1]
         stages = {
             "epoch (wall)": end - start,
+            "footers: asked for (after the epoch's start)": footers[0][0] - start,
             "footers (before any data)": footers_end - start,
             "first batch, after the footers": first - footers_end,
             "the other batches": end - first,

@@ -31,6 +31,7 @@ from aioload import DataLoader
 from aioload.data.row_block import LazyState, resolve_state
 from aioload.sources import IterableParquetDataset
 from aioload.sources.parquet import early as early_module
+from aioload.sources.parquet import read as parquet_read
 from aioload.sources.parquet.early import EarlyReads
 from aioload.worker_info import WorkerInfo, set_thread_worker_info
 
@@ -126,8 +127,8 @@ def test_early_reads_give_the_batches_and_states_of_footers_read_first(
     assert fast == plain
     if read_ahead == 1:
         assert taken == [(0,)]  # one row group: what the read-ahead takes first
-    if read_ahead == 10**9:  # the very first row group alone, then the rest of its file's
-        assert taken[0] == (0,) and taken[1] == tuple(range(1, 5))
+    if read_ahead == 10**9:  # each file's row groups together
+        assert taken[0] == tuple(range(5))
 
 
 def test_a_failed_early_read_is_read_again(
@@ -309,3 +310,17 @@ def test_early_reads_in_worker_processes(urls: list[str]) -> None:
     fast, fast_state = run(False)
     assert fast == plain and fast_state == plain_state
     assert sorted(i for batch in fast for i in batch) == list(range(TOTAL))
+
+
+@pytest.mark.parametrize("share", [0.0, 2.0])
+def test_the_dense_and_sparse_decodes_give_the_rows_of_strict_reads(
+    urls: list[str], share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One buffer of the file's size (every read) or a sparse memfd (none), against the
+    file object that refuses a read of any byte not fetched; a column subset too."""
+    for columns in (None, ["x"], ["s", "id"]):
+        monkeypatch.setattr(parquet_read, "STRICT_READS", True)
+        strict = epoch(make(urls, True, columns=columns), 8)
+        monkeypatch.setattr(parquet_read, "STRICT_READS", False)
+        monkeypatch.setattr(parquet_read, "DENSE_SHARE", share)
+        assert epoch(make(urls, False, columns=columns), 8) == strict

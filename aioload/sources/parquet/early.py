@@ -3,9 +3,8 @@
 A stream whose row groups are the files' in their order (``split="row_groups"``, no
 ``shuffle_row_groups``, not resumed: every ``stride``-th unit from ``offset``, the rank's and
 worker's) knows its first read before the footers of the later files are in: its row groups
-of the first files, as many as its read-ahead takes (at least one), each file's together
-(the very first alone) — what :class:`~aioload.sources.parquet.stream.RowStream`'s first
-refill asks for. So while the
+of the first files, as many as its read-ahead takes (at least one), each file's together —
+what :class:`~aioload.sources.parquet.stream.RowStream`'s first refill asks for. So while the
 footers arrive (:meth:`ParquetFiles.load <aioload.sources.parquet.files.ParquetFiles.load>`
 reports each one), :class:`EarlyReads` starts the read of each file whose footer and those
 of every file before it are in (a file's first unit is then known), in the files' order,
@@ -104,16 +103,9 @@ class EarlyReads:
             units.append(unit)
             groups.append(group)
         self._next_unit += len(footer.row_counts)
-        if groups and not self._reads:
-            # The stream's first row group is read alone (RowStream._top_up): so here.
-            self._start(file, footer, units[:1], groups[:1])
-            units, groups = units[1:], groups[1:]
         if groups:
-            self._start(file, footer, units, groups)
-
-    def _start(self, file: int, footer: Footer, units: list[int], groups: list[int]) -> None:
-        task = asyncio.ensure_future(self._read(file, footer, groups))
-        self._reads[tuple(units)] = ([(file, group) for group in groups], task)
+            task = asyncio.ensure_future(self._read(file, footer, groups))
+            self._reads[tuple(units)] = ([(file, group) for group in groups], task)
 
     async def _read(self, file: int, footer: Footer, groups: list[int]) -> list[Any]:
         async with self.files_at_once:

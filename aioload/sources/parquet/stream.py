@@ -241,7 +241,6 @@ class RowStream:
     ) -> None:
         self._pending: deque[Segment] = deque(run for run in runs if len(run))
         self._early = early
-        self._first_read = True  # the first refill reads its first row range alone
         self._read = read
         self._schema = schema
         self._read_ahead = read_ahead
@@ -377,24 +376,18 @@ class RowStream:
             segments.append(segment)
             self._bytes_reading += sizes[segment.shard]
         # One read per file: the first file's rows go out while the others still arrive.
-        # The stream's very first row range is read alone, so that the first batch waits
-        # for one row group only (-1: its read's key).
-        first, self._first_read = self._first_read, False
-        keys = [
-            -1 if first and number == 0 else self._file_of(segment.shard)
-            for number, segment in enumerate(segments)
-        ]
-        by_read: dict[int, list[int]] = {}
-        for key, segment in zip(keys, segments, strict=True):
-            by_read.setdefault(key, []).append(segment.shard)
-        tasks = {key: self._start_read(units) for key, units in by_read.items()}
+        by_file: dict[int, list[int]] = {}
+        for segment in segments:
+            by_file.setdefault(self._file_of(segment.shard), []).append(segment.shard)
+        tasks = {file: self._start_read(units) for file, units in by_file.items()}
         if self._early is not None:
             self._early.cancel()  # the first refill took what it could of them
             self._early = None
         taken: dict[int, int] = {}
-        for key, segment in zip(keys, segments, strict=True):
-            number = taken[key] = taken.get(key, -1) + 1
-            self._reading.append((segment, tasks[key], number))
+        for segment in segments:
+            file = self._file_of(segment.shard)
+            number = taken[file] = taken.get(file, -1) + 1
+            self._reading.append((segment, tasks[file], number))
 
     def _start_read(self, units: list[int]) -> asyncio.Task[list[Any]]:
         early = None if self._early is None else self._early.take(units)

@@ -181,6 +181,24 @@ def test_bytes_walk_nested_batches() -> None:
     assert measure_batch(7) == (0, -1)
 
 
+@pytest.mark.parametrize(
+    "batch",
+    [
+        {"a": np.zeros((5, 2)), "b": np.arange(5, dtype=np.int8)},
+        {"scalar": np.float64(1.0), "a": np.zeros(3)},
+        {"zero-d": np.array(2.0), "a": np.zeros((7, 1), np.float32)},
+        {"a": np.zeros(3), "rows": [1, 2]},
+        {f"c{i}": np.zeros(i + 1) for i in range(300)},  # wider than the walk's budget
+        {},
+    ],
+)
+def test_a_dict_of_arrays_measures_as_the_general_walk(batch: dict[str, Any]) -> None:
+    """The one-pass path of default_collate's dicts gives what the two walks give."""
+    from aioload.stats.measure import _walk, batch_nbytes
+
+    assert measure_batch(batch) == (batch_nbytes(batch), _walk(batch)[1])
+
+
 def test_break_ends_the_iteration_in_the_stats() -> None:
     loader = DataLoader(Rows(100), batch_size=2)
     for i, _ in enumerate(loader):

@@ -30,6 +30,12 @@ collecting ``batch_size`` samples from ``aiter(dataset)``. ``guard`` is the load
 fault policy, as :mod:`aioload.faults.guard` describes it (None: no policy). The
 dataset's ``state_dict`` after a batch then describes exactly the rows not yet delivered.
 
+The loader takes a stream's state after every batch (a checkpoint may be asked between
+any two), and most are never asked for. A dataset may define ``state_snapshot()``
+(:data:`STATE_SNAPSHOT`): what ``state_dict()`` would return now, as a :class:`LazyState`
+that makes the JSON only when a checkpoint asks (:func:`resolve_state`); pickled (a worker's
+outcome), it travels as that JSON.
+
 Example::
 
     class Columns(RowBlock):
@@ -51,10 +57,23 @@ import abc
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
-__all__ = ["BATCH_STREAM", "RowBlock", "as_samples", "batch_stream_of", "rows_for_collate"]
+__all__ = [
+    "BATCH_STREAM",
+    "STATE_SNAPSHOT",
+    "LazyState",
+    "RowBlock",
+    "as_samples",
+    "batch_stream_of",
+    "resolve_state",
+    "rows_for_collate",
+    "state_snapshot_of",
+]
 
 BATCH_STREAM = "batch_stream"
 """The method an iterable dataset defines to hand the loader whole batches (see above)."""
+
+STATE_SNAPSHOT = "state_snapshot"
+"""The method a stream dataset defines to hand the loader its state as a :class:`LazyState`."""
 
 
 class RowBlock(Sequence[Any], abc.ABC):
@@ -116,3 +135,44 @@ def batch_stream_of(dataset: Any) -> Callable[..., Any] | None:
     """The dataset's batch stream method (:data:`BATCH_STREAM`), or None."""
     method = getattr(dataset, BATCH_STREAM, None)
     return method if callable(method) else None
+
+
+def state_snapshot_of(dataset: Any) -> Callable[[], Any] | None:
+    """The dataset's state snapshot method (:data:`STATE_SNAPSHOT`), or None."""
+    method = getattr(dataset, STATE_SNAPSHOT, None)
+    return method if callable(method) else None
+
+
+class LazyState(abc.ABC):
+    """A stream's state as of one moment, made into ``state_dict()``'s JSON when asked.
+
+    Whatever it needs is captured when it is made (a copy of what changes after), so that
+    :meth:`resolve` later gives what ``state_dict()`` would have given then. Pickled, it
+    travels as that JSON (a worker's outcome crosses to the loader so).
+
+    Example::
+
+        class Snapshot(LazyState):
+            def __init__(self, position):
+                self.position = position           # an int: nothing changes it later
+            def resolve(self):
+                return {"position": self.position}
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def resolve(self) -> Any:
+        """The state as ``state_dict()`` would have returned it then: a new object each time."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_resolved, (self.resolve(),))
+
+
+def _resolved(state: Any) -> Any:
+    return state
+
+
+def resolve_state(state: Any) -> Any:
+    """``state`` as JSON: a :class:`LazyState` resolved, anything else as it is."""
+    return state.resolve() if isinstance(state, LazyState) else state

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from aioload.checks import is_int
+from aioload.data.row_block import resolve_state
 from aioload.pipeline.received import Received
 from aioload.samplers.builtin import BatchSampler
 from aioload.samplers.generators import (
@@ -251,9 +252,16 @@ class Checkpoints:
             "base_seed": start.base_seed,
             "generator": start.generator,
             "sampler": sampler_state,
-            "dataset": start.received.stream_state,
+            "dataset": self._dataset_state(start.received.stream_state),
             "fits": self._fits(),
         }
+
+    def _dataset_state(self, state: Any) -> Any:
+        """The stream's state as of the last batch received, as JSON (a new object: the
+        record goes on changing): each worker's, with workers."""
+        if state is None or not self._settings.num_workers:
+            return resolve_state(state)
+        return {**state, "workers": [resolve_state(each) for each in state["workers"]]}
 
     def _generator_state(self) -> Any:
         generator = self._generator

@@ -44,7 +44,7 @@ from typing import Any
 from aioload.collate.core import default_collate
 from aioload.collate.errors import name_keys
 from aioload.data.protocol import DatasetProtocol
-from aioload.data.row_block import batch_stream_of, rows_for_collate
+from aioload.data.row_block import batch_stream_of, rows_for_collate, state_snapshot_of
 from aioload.faults.guard import StreamGuard
 from aioload.faults.policy import FaultPolicy, Skip
 from aioload.faults.retrier import Retrier
@@ -139,6 +139,10 @@ class BatchReader:
             self._collate = rows_for_collate(self._collate)
         self._single = not setup.auto_collation
         self._track = protocol.iterable and setup.track_stream_state
+        # A stream's state after each batch: a snapshot made JSON only if a checkpoint asks
+        # (aioload.data.row_block), where the dataset can take one.
+        snapshot = state_snapshot_of(setup.dataset) if self._track else None
+        self._snapshot: Callable[[], Any] | None = snapshot
         # The dataset's source-counts hook (aioload.stats.source_counts), if it has one: only then
         # does an outcome pay for a call.
         take = getattr(setup.dataset, "take_source_counts", None)
@@ -317,6 +321,8 @@ class BatchReader:
         return outcome if self._take_counts is None else self._counted(outcome)
 
     def _state(self) -> Any:
+        if self._snapshot is not None:
+            return self._snapshot()
         return self._dataset.state_dict() if self._track else None
 
 

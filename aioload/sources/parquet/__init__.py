@@ -8,6 +8,7 @@ Modules:
 - ``dataset``: ``ParquetDataset``, map-style by global row, with ``row_group_cache``;
 - ``iterable``: ``IterableParquetDataset``, streamed by row group on the stream engine,
   through ``stream`` (``RowStream``: read-ahead, a columnar shuffle buffer) and ``state``;
+  ``early``: its first reads, started while the footers arrive;
 - ``files``: what both share: listing, footers, row groups numbered across the files;
 - ``footer``: a file's footer, read with one suffix GET and checked;
 - ``read``: ranged GETs of the column chunks of some row groups;

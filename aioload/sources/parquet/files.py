@@ -38,7 +38,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,7 @@ from aioload.sources.parquet.read import (
     read_row_groups,
 )
 from aioload.sources.stores.braces import expand_urls
-from aioload.sources.stores.reads import read_bytes
+from aioload.sources.stores.reads import read_buffer, read_bytes
 from aioload.sources.stores.store import StoreLocations
 from aioload.sources.stores.tasks import READS_AT_ONCE, bounded_gather, run_blocking
 from aioload.stats.source_counts import SourceCounter
@@ -168,11 +168,16 @@ class ParquetFiles:
             run_blocking(self.load)
         return self
 
-    async def load(self) -> None:
+    async def load(self, on_footer: Callable[[int, Footer | None], None] | None = None) -> None:
         """Lists a prefix's files and reads every footer, once; checks the columns.
 
         Loop-safe: loaders on several event loops (threads) may load one instance at
         once; each reads the footers, and the first to finish sets what every one uses.
+
+        Args:
+            on_footer: called with each file's number and footer as it arrives (None:
+                one that cannot be read), before the others are in or checked: what a
+                stream reads early (:mod:`aioload.sources.parquet.early`).
         """
         if self._footers is not None:
             return
@@ -183,6 +188,8 @@ class ParquetFiles:
                     self._urls = listed
         urls = self.urls
         read = self._footer_or_error if self.skip_unreadable else self._read_footer
+        if on_footer is not None:
+            read = functools.partial(self._reported, read, on_footer)
         found = await bounded_gather(
             [functools.partial(read, i) for i in range(len(urls))], READS_AT_ONCE
         )
@@ -220,6 +227,16 @@ class ParquetFiles:
                 ", ".join(redact_url(urls[i]) for i in list(unreadable)[:3]),
                 next(iter(unreadable.values())),
             )
+
+    async def _reported(
+        self,
+        read: Callable[[int], Awaitable[Footer | Exception]],
+        on_footer: Callable[[int, Footer | None], None],
+        file: int,
+    ) -> Footer | Exception:
+        footer = await read(file)
+        on_footer(file, None if isinstance(footer, Exception) else footer)
+        return footer
 
     async def _list(self) -> list[str]:
         assert self.prefix is not None
@@ -307,11 +324,9 @@ class ParquetFiles:
             by_file.setdefault(file, []).append(group)
 
         async def one_file(file: int, groups: list[int]) -> list[pa.Table]:
-            url = redact_url(self.urls[file])
             footer = footers[file]
             assert footer is not None  # a unit's file was read
-            fetch = functools.partial(self._fetch_chunks, file)
-            return await read_row_groups(footer, url, groups, self.columns, fetch)
+            return await self.read_groups(file, footer, groups)
 
         files = list(by_file)
         results = await asyncio.gather(*(one_file(file, by_file[file]) for file in files))
@@ -321,6 +336,13 @@ class ParquetFiles:
             for group, table in zip(by_file[file], file_tables, strict=True)
         }
         return [tables[self.units[unit]] for unit in units]
+
+    async def read_groups(self, file: int, footer: Footer, groups: list[int]) -> list[pa.Table]:
+        """Row groups ``groups`` of file ``file`` as :meth:`read_many` reads them, given its
+        footer (before :meth:`load` is done: :mod:`aioload.sources.parquet.early`)."""
+        fetch = functools.partial(self._fetch_chunks, file)
+        url = redact_url(self.urls[file])
+        return await read_row_groups(footer, url, groups, self.columns, fetch)
 
     async def _fetch_chunks(self, file: int, chunks: list[tuple[int, int]]) -> Placed:
         """The bytes of column chunks ``chunks`` of file ``file``: from the store, neighbours
@@ -342,11 +364,11 @@ class ParquetFiles:
         found = await cache.read_many(entries, fetch, self.counts)
         return [(first, data) for (first, _), data in zip(chunks, found, strict=True)]
 
-    async def _read_from_store(self, file: int, first: int, end: int) -> bytes:
+    async def _read_from_store(self, file: int, first: int, end: int) -> memoryview:
         """Bytes ``first`` to ``end - 1`` of file ``file``, from the store (never the cache)."""
         location, path = self._locations.of(self.urls[file])
         shown = redact_url(self.urls[file])
-        _, data = await read_bytes(location, path, shown, self.counts, (first, end))
+        _, data = await read_buffer(location, path, shown, self.counts, (first, end))
         return data
 
     async def _read_bytes(self, file: int, byte_range: int | tuple[int, int]) -> tuple[int, bytes]:

@@ -45,16 +45,18 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
+from aioload.data.row_block import LazyState
 from aioload.faults.guard import StreamGuard
 from aioload.faults.policy import Skip
 from aioload.sources.parquet.arrow_rows import ArrowRows
+from aioload.sources.parquet.early import EarlyReads
 from aioload.sources.parquet.files import ParquetFiles
 from aioload.sources.parquet.state import READY_SLACK, RowsState, check_rows_state, refs_of
-from aioload.sources.parquet.stream import Piece, RowStream, read_rows
+from aioload.sources.parquet.stream import FILES_AT_ONCE, Piece, RowStream, read_rows
 from aioload.sources.sizes import parse_size
 from aioload.sources.stores.reads import CountedReads
 from aioload.sources.streams.dataset import StreamDataset
@@ -176,6 +178,8 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
             max_requests_per_second=max_requests_per_second,
         )
         self._counts = self.files.counts  # what the files read is what this dataset read
+        # The stream being read's state function (_live, when it still is) and its snapshot's.
+        self._snapshot: tuple[Any, Callable[[], Callable[[], RowsState]]] | None = None
 
     @property
     def shuffle_row_groups(self) -> bool:
@@ -243,10 +247,40 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
     ) -> tuple[RowStream, list[Skip], _Held]:
         """This worker's stream, the skip markers to yield before it (the files left out
         as unreadable), and the rows of it taken and not all yielded yet."""
-        await self.files.load()
-        skipped = self._unreadable(guard)
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        early = self._early_reads(worker, workers)
+        try:
+            return await self._open_stream(batch, guard, info, worker, workers, early)
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
+
+    def _early_reads(self, worker: int, workers: int) -> EarlyReads | None:
+        """What this worker's stream reads first, read while the footers arrive, where the
+        footers are still to be read and the row groups are the files' in order."""
+        if (
+            self.files.loaded
+            or self.split != "row_groups"
+            or self.shuffle_units
+            or self._resume is not None
+        ):
+            return None
+        offset, stride = self.rank + self.world_size * worker, self.world_size * workers
+        return EarlyReads(self.files, self.read_ahead, FILES_AT_ONCE, offset, stride)
+
+    async def _open_stream(
+        self,
+        batch: int | None,
+        guard: StreamGuard | None,
+        info: Any,
+        worker: int,
+        workers: int,
+        early: EarlyReads | None,
+    ) -> tuple[RowStream, list[Skip], _Held]:
+        await self.files.load(on_footer=None if early is None else early.footer_in)
+        skipped = self._unreadable(guard)
         if batch is None and info is not None:
             batch = info.batch_size
         start = self._start(worker, workers, batch)
@@ -274,10 +308,26 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
             buffer,
             ready,
             draining,
+            early,
         )
         held = _Held()
-        self._live = partial(_state_of, stream, self.epoch, start.layout, held)
+        self._live = live = partial(_state_of, stream, self.epoch, start.layout, held)
+        self._snapshot = (live, partial(_snapshot_of, stream, self.epoch, start.layout, held))
         return stream, skipped, held
+
+    def state_snapshot(self) -> dict[str, Any] | LazyState | None:
+        """:meth:`state_dict` as of now, made into JSON only when asked: what the loader
+        takes after every batch (see :mod:`aioload.data.row_block`), at O(1) cost.
+
+        Example::
+
+            snapshot = dataset.state_snapshot()   # within an iteration
+            resolve_state(snapshot) == state_then  # the JSON state_dict() gave then
+        """
+        found = self._snapshot
+        if found is None or found[0] is not self._live:
+            return self.state_dict()  # no stream, or not the one being read: as it is
+        return _RowsSnapshot(found[1](), self._state_json)
 
     async def batch_stream(
         self, batch_size: int, drop_last: bool, guard: StreamGuard | None
@@ -289,19 +339,22 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         read comes as a skip marker.
         """
         stream, skipped, _ = await self._open(batch_size, guard)
+        names = self.files.schema.names  # type: ignore[union-attr]
+        take = stream.take
         try:
             for marker in skipped:
                 yield marker
             while True:
-                piece = await stream.take(batch_size)
-                short = isinstance(piece, Piece) and drop_last and len(piece) < batch_size
-                if piece is None or short:
-                    return
+                piece = await take(batch_size)
                 if not isinstance(piece, Piece):
+                    if piece is None:
+                        return
                     yield piece  # a skip marker
                     continue
-                names = self.files.schema.names  # type: ignore[union-attr]
-                yield ArrowRows(piece.make_table, piece.views, names=names, length=len(piece))
+                length = len(piece)
+                if drop_last and length < batch_size:
+                    return
+                yield ArrowRows(piece.make_table, piece.views, names=names, length=length)
         finally:
             await stream.aclose()
 
@@ -325,6 +378,9 @@ class IterableParquetDataset(CountedReads, StreamDataset[RowsState]):
         finally:
             await stream.aclose()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_snapshot": None}  # the stream stays here
+
     def __repr__(self) -> str:
         files = self.files
         where = files.prefix if files.prefix is not None else files.urls[0]
@@ -338,7 +394,35 @@ def _segments(runs: list[Run]) -> list[Segment]:
 
 def _state_of(stream: RowStream, epoch: int, layout: dict[str, Any], held: _Held) -> RowsState:
     """Where ``stream`` stands, the rows a row-by-row iteration took and did not yield first."""
-    state = stream.state(epoch, layout)
-    if held.piece is not None:
-        state.ready = held.piece.cut(held.next)[1].runs() + state.ready
+    return _snapshot_of(stream, epoch, layout, held)()
+
+
+def _snapshot_of(
+    stream: RowStream, epoch: int, layout: dict[str, Any], held: _Held
+) -> Callable[[], RowsState]:
+    """:func:`_state_of` as of now, made when called."""
+    made = stream.snapshot(epoch, layout)
+    piece, taken = held.piece, held.next
+    if piece is None:
+        return made
+    return partial(_with_held, made, piece.labels(), taken)  # no table kept alive
+
+
+def _with_held(made: Callable[[], RowsState], piece: Piece, taken: int) -> RowsState:
+    state = made()
+    state.ready = piece.cut(taken)[1].runs() + state.ready
     return state
+
+
+class _RowsSnapshot(LazyState):
+    """A Parquet stream's state as of one batch, made into JSON when asked."""
+
+    __slots__ = ("_make", "_to_json")
+
+    def __init__(
+        self, make: Callable[[], RowsState], to_json: Callable[[RowsState], dict[str, Any]]
+    ) -> None:
+        self._make, self._to_json = make, to_json
+
+    def resolve(self) -> dict[str, Any]:
+        return self._to_json(self._make())

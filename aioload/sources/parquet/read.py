@@ -5,13 +5,14 @@ row groups of a file (:func:`chunk_ranges`), through a :data:`FetchChunks` that 
 from the store — neighbours closer than :data:`COALESCE_GAP` in one request, several
 requests in flight (:func:`fetch_coalesced`) — or from a local cache that keeps each chunk
 on its own (:class:`~aioload.sources.parquet.files.ParquetFiles`), and hands them to
-pyarrow's Parquet reader in a sparse in-memory file (a memfd holding only the bytes
-fetched, at their offsets), which pyarrow reads natively, in a thread: the event loop goes
-on while it decodes.
+pyarrow's Parquet reader at their offsets — in one buffer of the file's size where they are
+most of the file (a scan of its columns), else in a sparse in-memory file (a memfd holding
+only the bytes fetched: a few columns of a wide file) — which pyarrow reads natively, in a
+thread: the event loop goes on while it decodes.
 
 pyarrow reads exactly the column chunks the footer places, which is what was fetched (the
 footer was checked against the file's size before: :mod:`aioload.sources.parquet.footer`),
-so the sparse file's holes are never read; a test decodes through :func:`_fetched`
+so the holes are never read; a test decodes through :func:`_fetched`
 (:data:`STRICT_READS`) instead, a file object that refuses a read of any byte not fetched,
 to keep that true.
 
@@ -28,6 +29,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -51,7 +53,7 @@ COALESCE_GAP = 256 << 10
 
 _OLD_WRITER_PAD = 100  # pyarrow reads this past a chunk for files of old parquet-mr writers
 
-Fetch = Callable[[int, int], Awaitable[bytes]]
+Fetch = Callable[[int, int], Awaitable[bytes | memoryview]]
 """Reads bytes ``first`` to ``end - 1`` of the file."""
 
 Placed = list[tuple[int, bytes | memoryview]]
@@ -198,18 +200,29 @@ def _decode_all(
 def _source(footer: Footer, placed: Placed) -> tuple[Any, Callable[[], None]]:
     """What pyarrow reads the fetched bytes from, and how to let it go.
 
-    A sparse in-memory file (a memfd: the bytes fetched written at their offsets, nothing
-    else allocated) that pyarrow reads natively, without the GIL: through a Python file
-    object every read would wait for the event loop's thread to let the GIL go. Where
-    there is no memfd (or under :data:`STRICT_READS`), :func:`_fetched`, which refuses a
-    read of bytes that were not fetched.
+    Where the bytes fetched are most of the file (a scan of every column, say: at least
+    :data:`DENSE_SHARE` of it), one buffer of the file's size holding them at their offsets,
+    which pyarrow reads natively (half the cost of the memfd below, 1 ms against 2.4 ms to
+    decode a MiB file's four row groups). Otherwise a sparse in-memory file (a memfd: the
+    bytes fetched written at their offsets, nothing else allocated), which pyarrow reads
+    natively too: through a Python file object every read would wait for the event loop's
+    thread to let the GIL go. Where there is no memfd (or under :data:`STRICT_READS`),
+    :func:`_fetched`, which refuses a read of bytes that were not fetched.
     """
-    if STRICT_READS or not hasattr(os, "memfd_create"):
+    if STRICT_READS:
+        return _fetched(footer, placed), lambda: None
+    parts = [*placed, (footer.size - len(footer.tail), footer.tail)]
+    if sum(len(data) for _, data in parts) >= DENSE_SHARE * footer.size:
+        whole = np.empty(footer.size, np.uint8)  # the holes are never read (see above)
+        for first, data in parts:
+            whole[first : first + len(data)] = np.frombuffer(data, np.uint8)
+        return pa.BufferReader(pa.py_buffer(whole)), lambda: None
+    if not hasattr(os, "memfd_create"):
         return _fetched(footer, placed), lambda: None
     fd = os.memfd_create("aioload-parquet", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, footer.size)
-        for first, data in [*placed, (footer.size - len(footer.tail), footer.tail)]:
+        for first, data in parts:
             _write_all(fd, data, first)
         source = pa.memory_map(f"/proc/self/fd/{fd}")
     finally:
@@ -223,6 +236,10 @@ def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
 
+
+DENSE_SHARE = 0.5
+"""The share of a file's bytes fetched from which they are decoded from one buffer of the
+file's size (below it, from a sparse memfd: a few columns of a wide file)."""
 
 STRICT_READS = False
 """Decode through :func:`_fetched` always: a read of bytes not fetched raises (tests)."""

@@ -26,8 +26,10 @@ and the stream goes on with the next range.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ import pyarrow as pa
 
 from aioload.faults.guard import StreamGuard
 from aioload.sources.parquet.arrow_rows import numeric_views, take_rows
+from aioload.sources.parquet.early import EarlyReads
 from aioload.sources.parquet.state import RowsState, refs_of, runs_of
 from aioload.sources.streams.split import Segment, take
 
@@ -54,10 +57,21 @@ class Piece:
     """Rows of a stream: rows ``start`` to ``start + length - 1`` of a table (with numpy
     views of its numeric columns), and which rows of the dataset they are — as runs of
     one unit's consecutive rows (rows straight from the input) or as ``refs``, an ``(n, 2)``
-    array of unit, row (rows out of the shuffle buffer). Cutting one costs no Arrow work:
-    the table and views are sliced when asked for."""
+    array of unit, row (rows out of the shuffle buffer). Cutting one costs no Arrow work
+    and no bookkeeping: a :meth:`window` shares its table and views, sliced when asked
+    for, and its runs or refs are its parent's, cut when asked for (a checkpoint)."""
 
-    __slots__ = ("_length", "_refs", "_runs", "_source", "_start", "_table", "_views")
+    __slots__ = (
+        "_label",
+        "_length",
+        "_of",
+        "_refs",
+        "_runs",
+        "_source",
+        "_start",
+        "_table",
+        "_views",
+    )
 
     def __init__(
         self,
@@ -75,7 +89,9 @@ class Piece:
         whole = start == 0 and self._length == table.num_rows
         self._table: pa.Table | None = table if whole else None
         self._refs = refs
-        self._runs = runs
+        self._runs = runs if runs is not None or refs is not None else []
+        self._of: tuple[Piece, int] | None = None  # a window's parent, and where in it
+        self._label: Piece | None = None  # its labels without its rows (see labels())
 
     def __len__(self) -> int:
         return self._length
@@ -97,39 +113,71 @@ class Piece:
         first, end = self._start, self._start + self._length
         return {name: view[first:end] for name, view in self._views.items()}
 
+    def by_runs(self) -> bool:
+        """Whether the rows are labelled by runs (else by refs)."""
+        piece = self
+        while piece._runs is None and piece._refs is None:
+            assert piece._of is not None
+            piece = piece._of[0]
+        return piece._runs is not None
+
     @property
     def refs(self) -> np.ndarray[Any, Any]:
         """The rows, as an ``(n, 2)`` array of unit, row."""
         if self._refs is None:
-            self._refs = refs_of(self._runs or [])
+            if self._runs is None and self._of is not None and not self.by_runs():
+                parent, first = self._of
+                self._refs = parent.refs[first : first + self._length]
+            else:
+                self._refs = refs_of(self.runs())
         return self._refs
 
     def runs(self) -> list[Segment]:
         """The rows, as runs."""
         if self._runs is None:
-            self._runs = [Segment(*run) for run in runs_of(self.refs)]
+            if self._of is not None and self.by_runs():
+                parent, first = self._of
+                self._runs = take(parent.runs(), first, first + self._length)
+            else:
+                self._runs = [Segment(*run) for run in runs_of(self.refs)]
         return self._runs
+
+    def window(self, first: int, stop: int) -> Piece:
+        """Rows ``first`` to ``stop - 1`` of this piece, with no work until asked for."""
+        piece = Piece.__new__(Piece)
+        piece._source, piece._views = self._source, self._views
+        piece._start, piece._length = self._start + first, stop - first
+        whole = first == 0 and stop == self._length
+        piece._table = self._table if whole else None
+        piece._refs = piece._runs = piece._label = None
+        piece._of = (self, first)
+        return piece
+
+    def labels(self) -> Piece:
+        """A piece of the same rows' labels (runs or refs) without the rows: what a state
+        keeps, so that it holds no table alive (made once)."""
+        label = self._label
+        if label is None:
+            runs = self._runs if self._runs is not None or self._refs is not None else self.runs()
+            label = Piece.__new__(Piece)
+            label._source, label._views, label._table = _NO_ROWS, {}, None
+            label._start, label._length = 0, self._length
+            label._refs, label._runs, label._of = self._refs, runs, None
+            label._label = self._label = label
+        return label
 
     def cut(self, count: int) -> tuple[Piece, Piece]:
         """The first ``count`` rows, and the rest."""
-        source, views, start, rest = self._source, self._views, self._start, self._length - count
-        if self._runs is None:
-            head_refs, tail_refs = self.refs[:count], self.refs[count:]
-            return (
-                Piece(source, head_refs, views=views, start=start, length=count),
-                Piece(source, tail_refs, views=views, start=start + count, length=rest),
-            )
-        head_runs, tail_runs = take(self._runs, 0, count), take(self._runs, count, len(self))
-        return (
-            Piece(source, runs=head_runs, views=views, start=start, length=count),
-            Piece(source, runs=tail_runs, views=views, start=start + count, length=rest),
-        )
+        return self.window(0, count), self.window(count, self._length)
 
     def take(self, positions: np.ndarray[Any, Any]) -> Piece:
         """The rows at ``positions``, in that order."""
         rows = positions + self._start
         views = {name: view[rows] for name, view in self._views.items()}
         return Piece(self._source.take(pa.array(rows)), self.refs[positions], views=views)
+
+
+_NO_ROWS = pa.table({})  # the table of a piece of labels alone (Piece.labels)
 
 
 def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
@@ -142,7 +190,7 @@ def join(pieces: Sequence[Piece], schema: pa.Schema) -> Piece:
     each = [piece.views for piece in pieces]
     names = set.intersection(*(set(views) for views in each))
     views = {name: np.concatenate([piece_views[name] for piece_views in each]) for name in names}
-    if all(piece._runs is not None for piece in pieces):
+    if all(piece.by_runs() for piece in pieces):
         return Piece(table, runs=[run for piece in pieces for run in piece.runs()], views=views)
     return Piece(table, np.concatenate([piece.refs for piece in pieces]), views=views)
 
@@ -189,8 +237,10 @@ class RowStream:
         buffer: Piece | None = None,
         ready: Piece | None = None,
         draining: bool = False,
+        early: EarlyReads | None = None,
     ) -> None:
         self._pending: deque[Segment] = deque(run for run in runs if len(run))
+        self._early = early
         self._read = read
         self._schema = schema
         self._read_ahead = read_ahead
@@ -200,23 +250,38 @@ class RowStream:
         self._rng = rng
         self._describe = describe
         self._file_of = file_of
-        self._files_at_once: asyncio.Semaphore | None = None  # made on the stream's loop
+        # Made on the stream's loop (shared with the reads started early).
+        self._files_at_once = None if early is None else early.files_at_once
         self._guard = guard
         # Each row range being read, the read (shared by a refill's ranges), its table's number.
         self._reading: deque[tuple[Segment, asyncio.Task[list[Any]], int]] = deque()
         empty = join([], schema)
         self._buffer = buffer if buffer is not None else empty
         self._ready: deque[Piece] = deque([ready] if ready is not None and len(ready) else [])
+        self._at = 0  # the rows of the first ready piece before this are taken
         self._ready_rows = sum(len(piece) for piece in self._ready)
         self._draining = draining
 
     def state(self, epoch: int, layout: dict[str, Any]) -> RowsState:
         """What is left, between two :meth:`take` calls."""
-        runs = [segment for segment, _, _ in self._reading] + list(self._pending)
-        ready = [run for piece in self._ready for run in piece.runs()]
-        buffer = self._buffer.runs()
+        return self.snapshot(epoch, layout)()
+
+    def snapshot(self, epoch: int, layout: dict[str, Any]) -> Callable[[], RowsState]:
+        """:meth:`state` as of now, made when called: O(1) now (copies of the few things
+        that change; the pieces and runs in them never change), the runs listed later."""
         rng = dict(self._rng.bit_generator.state) if self._shuffle else None
-        return RowsState(epoch, layout, runs, buffer, ready, rng, self._draining)
+        return partial(
+            _state_of,
+            epoch,
+            layout,
+            tuple([segment for segment, _, _ in self._reading]),
+            tuple(self._pending),
+            tuple([piece.labels() for piece in self._ready]),
+            self._at,
+            self._buffer.labels(),
+            rng,
+            self._draining,
+        )
 
     async def take(self, count: int) -> Piece | Any | None:
         """Up to ``count`` rows (fewer only at the end); a skip marker; None: the end."""
@@ -228,17 +293,32 @@ class RowStream:
                 return filled  # a skip marker: the range it names is dropped
         if not self._ready_rows:
             return None
+        ready, at = self._ready, self._at
+        head = ready[0]
+        stop = at + count
+        if stop <= len(head):
+            # Most batches: a window of the first ready piece (a decoded row group), its
+            # rows found by moving ``_at`` on, nothing cut or joined.
+            self._ready_rows -= count
+            if stop == len(head):
+                ready.popleft()
+                stop = 0
+            self._at = stop
+            return head.window(at, at + count)
         taken: list[Piece] = []
         wanted = count
-        while wanted and self._ready:
-            piece = self._ready.popleft()
-            if len(piece) > wanted:
-                piece, rest = piece.cut(wanted)
-                self._ready.appendleft(rest)
-            taken.append(piece)
-            wanted -= len(piece)
-        got = count - wanted
-        self._ready_rows -= got
+        while wanted and ready:
+            piece = ready[0]
+            end = min(len(piece), at + wanted)
+            taken.append(piece.window(at, end))
+            wanted -= end - at
+            if end == len(piece):
+                ready.popleft()
+                at = 0
+            else:
+                at = end
+        self._at = at
+        self._ready_rows -= count - wanted
         return join(taken, self._schema)
 
     async def _fill(self) -> bool | Any:
@@ -299,14 +379,29 @@ class RowStream:
         by_file: dict[int, list[int]] = {}
         for segment in segments:
             by_file.setdefault(self._file_of(segment.shard), []).append(segment.shard)
-        tasks = {
-            file: asyncio.ensure_future(self._read_units(units)) for file, units in by_file.items()
-        }
+        tasks = {file: self._start_read(units) for file, units in by_file.items()}
+        if self._early is not None:
+            self._early.cancel()  # the first refill took what it could of them
+            self._early = None
         taken: dict[int, int] = {}
         for segment in segments:
             file = self._file_of(segment.shard)
             number = taken[file] = taken.get(file, -1) + 1
             self._reading.append((segment, tasks[file], number))
+
+    def _start_read(self, units: list[int]) -> asyncio.Task[list[Any]]:
+        early = None if self._early is None else self._early.take(units)
+        if early is None:
+            return asyncio.ensure_future(self._read_units(units))
+        return asyncio.ensure_future(self._read_early(early, units))
+
+    async def _read_early(self, early: asyncio.Task[list[Any]], units: list[int]) -> list[Any]:
+        # The read started before the footers were all in, for these very units; one that
+        # failed is read again, as the stream would have read it (under its policy).
+        try:
+            return await early
+        except Exception:
+            return await self._read_units(units)
 
     async def _read_units(self, units: list[int]) -> list[Any]:
         # Files are read FILES_AT_ONCE at a time, in the stream's order: the first one's rows
@@ -368,6 +463,9 @@ class RowStream:
 
     async def aclose(self) -> None:
         """Cancels the reads ahead and waits for them to end."""
+        if self._early is not None:
+            self._early.cancel()
+            self._early = None
         tasks = list({id(task): task for _, task, _ in self._reading}.values())
         self._reading.clear()
         for task in tasks:
@@ -377,6 +475,28 @@ class RowStream:
                 await task
             except BaseException:
                 pass
+
+
+def _state_of(
+    epoch: int,
+    layout: dict[str, Any],
+    reading: tuple[Segment, ...],
+    pending: tuple[Segment, ...],
+    ready: tuple[Piece, ...],
+    at: int,
+    buffer: Piece,
+    rng: dict[str, Any] | None,
+    draining: bool,
+) -> RowsState:
+    """A stream's state from what :meth:`RowStream.snapshot` kept (the first ready piece's
+    rows before ``at`` are taken)."""
+    runs = [*reading, *pending]
+    pieces = list(ready)
+    if pieces and at:
+        pieces[0] = pieces[0].window(at, len(pieces[0]))
+    listed = [run for piece in pieces for run in piece.runs()]
+    rng = None if rng is None else copy.deepcopy(rng)  # a new state each time
+    return RowsState(epoch, layout, runs, buffer.runs(), listed, rng, draining)
 
 
 async def read_rows(refs: np.ndarray[Any, Any], read: ReadUnits, schema: pa.Schema) -> Piece:

@@ -8,8 +8,10 @@ counted as bytes received from the store
 (:class:`~aioload.stats.source_counts.SourceCounter`), as is every request. A location
 with a :class:`~aioload.sources.stores.hedge.Hedge` (``hedge=`` of the datasets) has a
 slow request sent again (:func:`~aioload.sources.stores.hedge.hedged`: the time to the
-answer's headers is what is hedged). :class:`CountedReads` hands a dataset's counts to the
-loader (its ``take_source_counts`` hook).
+answer's headers is what is hedged). :func:`read_bytes` and :func:`read_buffer` take a
+body whole (a footer, a column chunk: nothing to do before the last byte is in).
+:class:`CountedReads` hands a dataset's counts to the loader (its ``take_source_counts``
+hook).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aioload.sources.stores.hedge import hedged
 from aioload.sources.stores.store import StoreLocation, raise_translated
 from aioload.stats.source_counts import SourceCounter, SourceCounts
 
-__all__ = ["STREAM_CHUNK", "CountedReads", "open_read", "read_bytes"]
+__all__ = ["STREAM_CHUNK", "CountedReads", "open_read", "read_buffer", "read_bytes"]
 
 STREAM_CHUNK = 1 << 20  # bytes: the least obstore hands over at once while streaming
 
@@ -52,13 +54,7 @@ async def open_read(
 
         size, chunks = await open_read(location, "train-000.tar", url, counts, 10240)
     """
-    options: Any = None
-    if isinstance(byte_range, tuple):
-        options = {"range": byte_range}
-    elif byte_range < 0:
-        options = {"range": {"suffix": -byte_range}}
-    elif byte_range:
-        options = {"range": {"offset": byte_range}}
+    options = _range_options(byte_range)
     store = location.store
 
     def request() -> Any:
@@ -99,9 +95,51 @@ async def read_bytes(
 
         size, tail = await read_bytes(location, "part-0.parquet", url, counts, -65536)
     """
-    size, chunks = await open_read(location, path, url, counts, byte_range)
-    parts = [chunk async for chunk in chunks]
-    return size, bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+    size, data = await read_buffer(location, path, url, counts, byte_range)
+    return size, bytes(data)
+
+
+async def read_buffer(
+    location: StoreLocation,
+    path: str,
+    url: str,
+    counts: SourceCounter,
+    byte_range: int | tuple[int, int] = 0,
+) -> tuple[int, memoryview]:
+    """:func:`read_bytes`, the bytes as a view of the answer's own buffer (no copy).
+
+    The body is taken whole, not streamed: where nothing is done with the bytes before
+    the last one is in (a column chunk, a footer), streaming cost several times the
+    transfer (5 ms against 1 ms for a MiB from a local file).
+
+    Example::
+
+        size, data = await read_buffer(location, "part-0.parquet", url, counts, (4, 1 << 20))
+    """
+    store = location.store
+    options = _range_options(byte_range)
+
+    def request() -> Any:
+        return obstore.get_async(store, path, options=options)
+
+    try:
+        result = await hedged(location.hedge, request, counts, budget=location.budget)
+        data = await result.bytes_async()
+    except Exception as error:
+        raise_translated(error, url)
+    counts.received(len(data))
+    return int(result.meta["size"]), memoryview(data)
+
+
+def _range_options(byte_range: int | tuple[int, int]) -> Any:
+    """obstore's options for ``byte_range`` (see :func:`open_read`)."""
+    if isinstance(byte_range, tuple):
+        return {"range": byte_range}
+    if byte_range < 0:
+        return {"range": {"suffix": -byte_range}}
+    if byte_range:
+        return {"range": {"offset": byte_range}}
+    return None
 
 
 class CountedReads:

@@ -185,10 +185,10 @@ def test_the_limit_stays_within_its_bounds() -> None:
 def test_throttles_answered_for_reads_sent_before_a_cut_cut_once() -> None:
     tuner = ConcurrencyTuner(most=4096, start=1000)
     tuner.finished(0.0, 0.05)
-    assert tuner.throttled(0.01) and tuner.limit == 800
+    assert tuner.throttled(0.01) and tuner.limit == 700
     assert not tuner.throttled(0.02)  # within one latency of the cut
-    assert tuner.limit == 800 and tuner.throttles == 2
-    assert tuner.throttled(0.2) and tuner.limit == 640
+    assert tuner.limit == 700 and tuner.throttles == 2
+    assert tuner.throttled(0.2) and tuner.limit == 490
 
 
 def test_bad_bounds_are_refused() -> None:

@@ -28,7 +28,7 @@ measured, so that the new limit has filled):
   A throughput or a mean latency that moves by half or more while the limit is held (the
   store's latency stepped up or down) starts the growth again from the held limit;
 - **throttles**: an interval in which the store throttled reads (503, 429) cuts the
-  limit to 80 % at once, and no probe upward follows for :data:`THROTTLE_COOLDOWN`
+  limit to 70 % at once, and no probe upward follows for :data:`THROTTLE_COOLDOWN`
   intervals (additive increase, multiplicative decrease).
 
 The limit stays between ``least`` and ``most``; the loader's ``most`` is what the
@@ -74,7 +74,7 @@ other processes on the cores) would decide."""
 PROBE_EVERY = 4
 """Intervals at a held limit between two probes."""
 
-THROTTLE_COOLDOWN = 4
+THROTTLE_COOLDOWN = 8
 """Intervals after a throttle during which the limit is not probed upward."""
 
 _LEAST_ITEMS = 16
@@ -82,9 +82,8 @@ _GROWTH = 1.15  # a step must gain this much throughput to be followed by anothe
 _PROPORTIONAL = 0.8  # a step that gained this share of its factor: the knee is far, quadruple
 _PROBE_UP, _PROBE_DOWN = 1.25, 0.8
 _KEEP_UP, _KEEP_DOWN = 1.03, 0.98
-_QUEUED = 2.0  # a mean latency this many times the least seen: reads queue, stop growing
 _NEAR_BEST = 0.95  # a limit this close to the best throughput measured while growing is as good
-_THROTTLE_CUT = 8  # tenths of the limit kept at a throttle
+_THROTTLE_CUT = 7  # tenths of the limit kept at a throttle
 _NOT_BINDING = 0.6  # Little's law's in-flight items below this share of the limit
 _MOVED = 0.5  # a held limit's throughput off by this share: the store changed
 
@@ -130,7 +129,6 @@ class ConcurrencyTuner:
         self._held: tuple[int, float] | None = None  # the held (limit, X) a probe left
         self._reference = 0.0  # throughput at the held limit
         self._reference_latency = 0.0  # and its mean latency
-        self._least_latency = 0.0  # the lowest interval's mean latency while growing
         self._held_for = 0
         self._cooldown = 0
 
@@ -193,14 +191,8 @@ class ConcurrencyTuner:
             self._measured.clear()
             return self._set(now, self.limit)  # not what holds reads back: measure again
         self._measured[self.limit] = throughput
-        self._least_latency = min(self._least_latency or latency, latency)
         previous, skipped = self._previous, self._skipped
         if skipped is not None:  # the doubling a quadrupling skipped, now measured
-            return self._hold_best(now)
-        if previous is not None and latency >= _QUEUED * self._least_latency:
-            # Reads queue (in the client or the store): more in flight adds latency, and a
-            # step up now would add hundreds of connections for little (the probes go on
-            # from the held limit, 25 % at a time).
             return self._hold_best(now)
         if previous is None or self._grew(previous, throughput, latency):
             factor = 2
@@ -251,7 +243,6 @@ class ConcurrencyTuner:
         ):
             self._phase, self._previous, self._skipped = "start", None, None
             self._measured.clear()
-            self._least_latency = latency  # the store's latency moved: measured anew
             return self._start(now, throughput, latency)
         self._reference = 0.75 * reference + 0.25 * throughput
         self._reference_latency = 0.75 * reference_latency + 0.25 * latency

@@ -123,7 +123,7 @@ class ConcurrencyTuner:
         self._latency = 0.0  # summed over the interval's items
         self._throttled = 0
         self._mean_latency = 0.0
-        self._previous: tuple[int, float] | None = None  # the last step's (limit, X)
+        self._previous: tuple[int, float, float] | None = None  # the last step's (limit, X, L)
         self._skipped: int | None = None  # the doubling a quadrupling skipped, to try
         self._measured: dict[int, float] = {}  # limit -> X, while growing
         self._held: tuple[int, float] | None = None  # the held (limit, X) a probe left
@@ -194,13 +194,13 @@ class ConcurrencyTuner:
         previous, skipped = self._previous, self._skipped
         if skipped is not None:  # the doubling a quadrupling skipped, now measured
             return self._hold_best(now)
-        if previous is None or throughput >= previous[1] * _GROWTH:
+        if previous is None or self._grew(previous, throughput, latency):
             factor = 2
             if previous is not None:
                 step = self.limit / previous[0]
                 if throughput >= previous[1] * (1.0 + _PROPORTIONAL * (step - 1.0)):
                     factor = 4
-            self._previous = (self.limit, throughput)
+            self._previous = (self.limit, throughput, latency)
             if self.limit < self.most:
                 return self._set(now, self.limit * factor)
             return self._hold_best(now)
@@ -208,6 +208,15 @@ class ConcurrencyTuner:
             self._skipped = 2 * previous[0]
             return self._set(now, self._skipped)
         return self._hold_best(now)
+
+    def _grew(self, previous: tuple[int, float, float], throughput: float, latency: float) -> bool:
+        """Whether the last step paid: throughput gained :data:`_GROWTH`, and latency did
+        not rise with the reads added (Little's law: at the knee, latency grows as the
+        limit and throughput stays). The two are measured over the same items but fail
+        apart: a stall that bunches completions into the interval inflates the count, not
+        the latencies."""
+        step = self.limit / previous[0]
+        return throughput >= previous[1] * _GROWTH and latency * _GROWTH <= previous[2] * step
 
     def _hold_best(self, now: float) -> bool:
         """Holds the highest limit measured while growing that came within

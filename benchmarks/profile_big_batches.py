@@ -14,7 +14,8 @@ Two tables, so that the next regression shows where it is:
    wall time per batch, the consumer's time waiting for batches and touching them, CPU time per
    batch of the consumer and of every worker (from ``/proc``), page faults per batch on each
    side, and how many distinct segments the batches came in (a handful: segments are reused).
-   The CPU a batch needs in all, set against the cores, says what bounds the rate.
+   The CPU a batch needs in all, set against the cores, says what bounds the rate; two plain
+   loops at once (``bench_workers.plain_loop``) say what the cores give with nothing handed over.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import bench_workers
 import numpy as np
 from bench_workers import BATCH, BIG_ITEM, PAGE, BigItems, aioload_loader, touch_pages
 
@@ -266,6 +268,9 @@ def main() -> None:
         for name, source in sources.items():
             repeated[name].append(end_to_end(name, source, args.batches))
     runs = [median_run(each) for each in repeated.values()]
+    seconds = runs[-1]["wall ms"] * args.batches / 1e3
+    pairs = [bench_workers.plain_loop(tuned=True, processes=2)(seconds) for _ in range(args.repeat)]
+    ceiling = statistics.median(done / elapsed for done, elapsed in pairs) / 1e9
 
     measured = stages(args.batches)
     print("\n1. Stages alone, ms per 16 MiB batch (median)\n")
@@ -305,7 +310,9 @@ def main() -> None:
         f" worker's own overhead. 2 workers need {total:.2f} ms of CPU per batch in all: on"
         f" {cores} cores at most {BATCH * BIG_ITEM / (total / cores) / 1e6:.2f} GB/s if nothing"
         f" else runs (measured {two['GB/s']:.2f}; the plain loop {runs[0]['GB/s']:.2f},"
-        f" ratio {two['GB/s'] / runs[0]['GB/s']:.2f})."
+        f" ratio {two['GB/s'] / runs[0]['GB/s']:.2f}). Two plain loops at once, allocators"
+        f" tuned, nothing handed over (what the cores and their memory bandwidth give):"
+        f" {ceiling:.2f} GB/s, so 2 workers get {two['GB/s'] / ceiling:.0%} of it."
     )
 
 

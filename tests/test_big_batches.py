@@ -88,6 +88,40 @@ def test_big_batches_from_workers_are_the_plain_paths_batches(collate_fn: Any) -
         assert not first["big"].flags.owndata  # a view of the segment: stacked there, not copied
 
 
+class Arrays(aioload.Dataset):
+    """Top-level 1.5 MiB arrays, stacked as read in a worker; key 9 is float64 where the
+    others are float32 and key 14 a shorter array: those batches go the plain way."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        values = np.random.default_rng(index).random(ITEM // 4, dtype=np.float32)
+        if index == 9:
+            return values.astype(np.float64)
+        return values[:-1] if index == 14 else values
+
+
+def test_arrays_stacked_as_read_in_workers_are_the_plain_paths_batches() -> None:
+    def outcomes(workers: int) -> list[Any]:
+        loader = DataLoader(Arrays(), batch_size=4, num_workers=workers)
+        iterator, got = iter(loader), []
+        while True:
+            try:
+                got.append(next(iterator))
+            except StopIteration:
+                return got
+            except RuntimeError as error:  # the ragged batch: the same error, then on
+                got.append(str(error).splitlines()[0])
+
+    plain, fast = outcomes(0), outcomes(2)
+    assert len(fast) == len(plain) == 4
+    assert isinstance(plain[3], str) and "shape" in plain[3]
+    assert fast[2].dtype == np.float64  # promoted, as np.array does
+    for got, expected in zip(fast, plain, strict=True):
+        assert_identical(got, expected)
+
+
 class Numbered(aioload.Dataset):
     """Sample ``i`` is 1.5 MiB of uint16 values that only sample ``i`` holds."""
 

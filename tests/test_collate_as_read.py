@@ -1,0 +1,212 @@
+"""``collate_as_read`` (aioload/collate/streamed.py) against the plain path it stands in for:
+``default_collate([getitem(key) for key in keys])`` — the same batch, byte for byte, or the
+same error, whatever the samples are; each sample is read once, in key order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aioload import default_collate
+from aioload.collate.core import collate_into
+from aioload.collate.fns import collate_numpy_array_fn, default_collate_fn_map
+from aioload.collate.streamed import collate_as_read
+from aioload.memory.segments import Arena, SegmentWriter
+
+BIG = 1 << 16  # bytes per sample: a batch of 4 is over the in-place bound
+
+
+@contextmanager
+def in_arena() -> Iterator[Arena]:
+    arena = SegmentWriter().arena()
+    try:
+        with collate_into(arena.allocate):
+            yield arena
+    finally:
+        arena.release()
+
+
+def in_segment(array: np.ndarray, arena: Arena) -> bool:
+    assert arena.segment is not None
+    base = arena.segment.address
+    return base <= array.ctypes.data < base + arena.segment.size
+
+
+class Reads:
+    """A ``getitem`` over ``samples`` that records the keys it was asked for."""
+
+    def __init__(self, samples: list[Any]) -> None:
+        self.samples = samples
+        self.keys: list[int] = []
+
+    def __call__(self, key: int) -> Any:
+        self.keys.append(key)
+        sample = self.samples[key]
+        if isinstance(sample, BaseException):
+            raise sample
+        return sample
+
+
+def both(samples: list[Any]) -> tuple[Any, Any, Reads]:
+    """(collate_as_read's outcome, the plain path's) in an arena; each an object or an error."""
+    keys = list(range(len(samples)))
+    reads = Reads(samples)
+
+    def outcome(run: Callable[[], Any]) -> Any:
+        try:
+            return run()
+        except Exception as error:  # compared below, as the plain path's error
+            return error
+
+    with in_arena():
+        fast = outcome(lambda: collate_as_read(reads, keys))
+        fast_keys, reads.keys = reads.keys, []
+        plain = outcome(lambda: default_collate([reads(key) for key in keys]))
+    assert fast_keys == reads.keys  # read once each, in key order, as the list reads them
+    return fast, plain, reads
+
+
+def assert_same(fast: Any, plain: Any) -> None:
+    if isinstance(plain, BaseException):
+        assert type(fast) is type(plain) and str(fast) == str(plain)
+        return
+    assert type(fast) is type(plain)
+    if isinstance(plain, np.ndarray):
+        assert fast.dtype == plain.dtype and fast.shape == plain.shape
+        assert fast.flags.c_contiguous == plain.flags.c_contiguous
+        assert fast.tobytes() == plain.tobytes()
+    elif isinstance(plain, dict):
+        assert list(fast) == list(plain)
+        for key in plain:
+            assert_same(fast[key], plain[key])
+    elif isinstance(plain, list | tuple):
+        assert len(fast) == len(plain)
+        for a, b in zip(fast, plain, strict=True):
+            assert_same(a, b)
+    else:
+        assert fast == plain
+
+
+def arrays(count: int = 4, dtype: Any = np.float32, shape: tuple[int, ...] = (128, 128)) -> list:
+    rng = np.random.default_rng(count)
+    return [rng.standard_normal(shape).astype(dtype) for _ in range(count)]
+
+
+def test_alike_arrays_are_stacked_as_read_into_the_room_byte_for_byte() -> None:
+    samples = arrays()
+    samples[2][0, 0] = np.nan  # any bits, NaN too, copied as they are
+    with in_arena() as arena:
+        batch = collate_as_read(lambda key: samples[key], range(4))
+        assert in_segment(batch, arena)
+    plain = default_collate(samples)
+    assert_same(batch, plain)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["fortran", "strided", "zero-d", "datetime", "bool", "complex", "uint64"],
+)
+def test_every_numeric_layout_and_dtype_gives_the_plain_batch(layout: str) -> None:
+    count = 8
+    if layout == "fortran":
+        samples = [np.asfortranarray(a) for a in arrays(count)]
+    elif layout == "strided":
+        samples = [a[::2, ::3] for a in arrays(count, np.float64, (256, 192))]
+    elif layout == "zero-d":  # too small for the room: the plain path
+        samples = [np.array(i, np.int32) for i in range(count)]
+    elif layout == "datetime":
+        samples = [np.arange(i, i + BIG // 8).astype("datetime64[s]") for i in range(count)]
+    elif layout == "bool":
+        samples = [np.arange(BIG) % (i + 2) == 0 for i in range(count)]
+    elif layout == "complex":
+        samples = [a.astype(np.complex64) for a in arrays(count)]
+    else:
+        samples = [np.arange(BIG // 8, dtype=np.uint64) * i for i in range(count)]
+    fast, plain, _ = both(samples)
+    assert_same(fast, plain)
+
+
+def ragged(count: int, at: int, odd: Any) -> list[Any]:
+    samples: list[Any] = arrays(count)
+    samples[at] = odd
+    return samples
+
+
+@pytest.mark.parametrize("at", [1, 3])
+@pytest.mark.parametrize(
+    "odd",
+    [
+        np.zeros((128, 127), np.float32),  # another shape: torch's RuntimeError naming both
+        np.zeros((128, 128), np.float64),  # another dtype: promoted, as np.array does
+        np.zeros((128, 128), np.int8),
+        None,  # not an array: CollateTypeError naming the entry
+        [[0.0] * 128] * 128,  # a list where arrays were
+        np.ma.masked_array(np.zeros((128, 128), np.float32)),  # a subclass
+        np.zeros((128, 128), object),
+        np.array(["x"] * 16),
+    ],
+    ids=["shape", "float64", "int8", "None", "list", "masked", "object", "str"],
+)
+def test_a_sample_that_breaks_the_pattern_gives_the_plain_result_or_error(
+    at: int, odd: Any
+) -> None:
+    fast, plain, _ = both(ragged(4, at, odd))
+    assert_same(fast, plain)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        np.ma.masked_array(np.ones((128, 128), np.float32)),
+        None,
+        np.zeros((4, 4), np.float32),  # small: copied, not stacked in place
+        np.zeros((128, 128), object),
+        np.zeros(BIG, "S1"),
+        {"x": np.zeros(BIG, np.uint8), "y": 1},
+        (np.zeros(BIG, np.uint8), "label"),
+        3.5,
+        "text",
+    ],
+    ids=["masked", "None", "small", "object", "bytes", "dict", "tuple", "float", "str"],
+)
+def test_samples_it_does_not_stack_go_the_plain_way(first: Any) -> None:
+    samples = [first] * 4
+    fast, plain, _ = both(samples)
+    assert_same(fast, plain)
+
+
+def test_an_error_while_reading_propagates_as_from_the_list() -> None:
+    failing = ragged(4, 2, KeyError("key 2 is gone"))
+    reads = Reads(failing)
+    with in_arena(), pytest.raises(KeyError, match="key 2 is gone"):
+        collate_as_read(reads, range(4))
+    assert reads.keys == [0, 1, 2]  # nothing read past the failure, as the list would
+
+
+def test_without_room_or_allocator_the_batch_is_the_plain_one() -> None:
+    samples = arrays()
+    outside = collate_as_read(lambda key: samples[key], range(4))  # no collate_into
+    with collate_into(lambda shape, dtype: None):  # no room
+        no_room = collate_as_read(lambda key: samples[key], range(4))
+    plain = default_collate(samples)
+    assert_same(outside, plain)
+    assert_same(no_room, plain)
+    with pytest.raises(IndexError), in_arena():
+        collate_as_read(lambda key: samples[key], [])
+
+
+def test_a_users_function_for_arrays_is_left_to_collate() -> None:
+    def halves(batch: Any, *, collate_fn_map: Any = None) -> np.ndarray:
+        return np.stack(batch).astype(np.float16)
+
+    default_collate_fn_map[np.ndarray] = halves
+    try:
+        fast, plain, _ = both(arrays())
+    finally:
+        default_collate_fn_map[np.ndarray] = collate_numpy_array_fn
+    assert fast.dtype == np.float16
+    assert_same(fast, plain)

@@ -6,8 +6,9 @@ Two tables, so that the next regression shows where it is:
 
 1. **Stages, in one process**, each timed alone over the same 16 MiB batches of 1 MiB items
    (milliseconds per batch, median): the worker's reads (``__getitem__``), stacking them as the
-   plain loop does (``np.stack`` on the heap) and as a worker does (into its reused shared
-   segment, or into a fresh one, whose pages fault), writing the result's layout (the pickle),
+   plain loop does (``np.stack`` on the heap) and into a worker's reused shared segment (or a
+   fresh one, whose pages fault), reading and stacking each sample as it is read (what a
+   worker does, ``collate_as_read``), writing the result's layout (the pickle),
    the consumer reading the batch from a segment it has mapped before or from a fresh mapping,
    and a bare copy of the same bytes as the floor.
 2. **The loader, end to end**, with 0 and 2 workers, next to the plain single-process loop:
@@ -35,6 +36,7 @@ from bench_workers import BATCH, BIG_ITEM, PAGE, BigItems, aioload_loader, touch
 from aioload import default_collate
 from aioload.backends.processes.worker import keep_freed_memory
 from aioload.collate.core import collate_into
+from aioload.collate.streamed import collate_as_read
 from aioload.memory.segments import SegmentReader, SegmentWriter
 
 
@@ -91,6 +93,14 @@ def stages(count: int) -> dict[str, float]:
         arena.release()  # back to the free list: the next batch reuses the segment
 
     out["stack, worker (into a reused shared segment)"] = per_batch(reused, count)
+
+    def as_read(n: int) -> None:
+        arena = writer.arena()
+        with collate_into(arena.allocate):
+            collate_as_read(dataset.__getitem__, range(n * BATCH, (n + 1) * BATCH))
+        arena.release()
+
+    out["reads + stack as read, worker (reused segment)"] = per_batch(as_read, count)
 
     def fresh(n: int) -> None:
         own = SegmentWriter()
@@ -302,12 +312,13 @@ def main() -> None:
     # Each of n workers makes 1/n of the batches: its CPU per batch of its own is n times its
     # CPU per batch delivered, so on average the sum of the workers' per-batch figures.
     own = sum(workers)
-    alone = ("reads", "stack, worker (into a reused", "write")
+    alone = ("reads + stack as read", "write")
     work = sum(ms for stage, ms in measured.items() if stage.startswith(alone))
     print(
         f"\nA worker spends {own:.2f} ms of CPU per batch it makes; its stages alone take"
-        f" {work:.2f} (reads, stacking into a reused segment, the layout): the rest is the"
-        f" worker's own overhead. 2 workers need {total:.2f} ms of CPU per batch in all: on"
+        f" {work:.2f} (reads stacked as read into a reused segment, the layout), with warm"
+        f" caches: the rest is the worker's own overhead and the caches it shares."
+        f" 2 workers need {total:.2f} ms of CPU per batch in all: on"
         f" {cores} cores at most {BATCH * BIG_ITEM / (total / cores) / 1e6:.2f} GB/s if nothing"
         f" else runs (measured {two['GB/s']:.2f}; the plain loop {runs[0]['GB/s']:.2f},"
         f" ratio {two['GB/s'] / runs[0]['GB/s']:.2f}). Two plain loops at once, allocators"

@@ -4,6 +4,7 @@ same error, whatever the samples are; each sample is read once, in key order."""
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -210,3 +211,94 @@ def test_a_users_function_for_arrays_is_left_to_collate() -> None:
         default_collate_fn_map[np.ndarray] = collate_numpy_array_fn
     assert fast.dtype == np.float16
     assert_same(fast, plain)
+
+
+# -- dicts -----------------------------------------------------------------------
+
+
+def records(count: int = 4) -> list[dict[str, Any]]:
+    """Dict samples: two big arrays stacked as read, and fields collated at the end."""
+    rng = np.random.default_rng(7)
+    return [
+        {
+            "image": rng.integers(0, 256, (64, 64, 16), dtype=np.uint8),
+            "label": i,
+            "weight": i / 4,
+            "name": f"s{i}",
+            "small": np.full(3, i, np.int16),
+            "mask": rng.random((64, 256)) > 0.5,
+            "nested": {"box": np.arange(4) + i, "tag": b"t"},
+        }
+        for i in range(count)
+    ]
+
+
+def test_dict_samples_are_stacked_as_read_field_by_field() -> None:
+    samples = records()
+    with in_arena() as arena:
+        batch = collate_as_read(lambda key: samples[key], range(4))
+        assert in_segment(batch["image"], arena)  # (the mask no longer fits: the heap's)
+    plain = default_collate(samples)
+    assert type(batch) is dict and list(batch) == list(plain)
+    assert_same(batch, plain)
+
+
+def changed(at: int, change: Callable[[dict[str, Any]], Any]) -> list[Any]:
+    samples: list[Any] = records()
+    result = change(samples[at])
+    if result is not None:
+        samples[at] = result
+    return samples
+
+
+@pytest.mark.parametrize("at", [1, 3])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.update(image=s["image"][:-1]),  # another shape: the plain error
+        lambda s: s.update(image=s["image"].astype(np.int16)),  # another dtype: promoted
+        lambda s: s.update(image=None),
+        lambda s: s.pop("label"),  # a missing key: the plain KeyError
+        lambda s: {"extra": 1, **s},  # another key order (and an extra key)
+        lambda s: {**s, "extra": 1},  # an extra key at the end: ignored, as plainly
+        lambda s: s.update(label="x"),  # a field that does not collate at the end
+        lambda s: s.update(nested=None),
+        lambda s: [s["image"]],  # not a dict
+        lambda s: collections.OrderedDict(s),
+    ],
+    ids=[
+        "shape",
+        "dtype",
+        "None",
+        "missing",
+        "order",
+        "extra",
+        "label",
+        "nested",
+        "list",
+        "ordered",
+    ],
+)
+def test_a_dict_that_breaks_the_pattern_gives_the_plain_result_or_error(
+    at: int, change: Callable[[dict[str, Any]], Any]
+) -> None:
+    fast, plain, _ = both(changed(at, change))
+    assert_same(fast, plain)
+
+
+def test_dicts_it_does_not_stack_go_the_plain_way() -> None:
+    small = [{"x": np.zeros(4, np.float32), "y": i} for i in range(4)]  # nothing big
+    ordered = [collections.OrderedDict(s) for s in records()]  # not a plain dict
+    for samples in (small, ordered):
+        fast, plain, _ = both(samples)
+        assert_same(fast, plain)
+        assert type(fast) is type(plain)
+
+
+def test_an_error_while_reading_dicts_propagates_as_from_the_list() -> None:
+    failing: list[Any] = records()
+    failing[2] = ValueError("unreadable")
+    reads = Reads(failing)
+    with in_arena(), pytest.raises(ValueError, match="unreadable"):
+        collate_as_read(reads, range(4))
+    assert reads.keys == [0, 1, 2]

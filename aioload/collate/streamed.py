@@ -10,11 +10,14 @@ made in the memory the last one freed: the samples' 16 MiB become one sample's 1
 It does so only where the result is certainly :func:`default_collate`'s: under
 :func:`~aioload.collate.fns.collate_into` (a worker's shared segment gives the room), for
 samples that are plain numpy arrays of one numeric dtype and one shape, large enough to be
-stacked into that room, with the registry's array function still the built-in one. The
-first sample that breaks the pattern (another shape, dtype or type) sends the batch back to
+stacked into that room, with the registry's array function still the built-in one; or plain
+``dict`` samples (no torch tensor in them, no registry entry for them), whose fields of such
+arrays are stacked as read and whose other fields are collated at the end as
+:func:`default_collate` collates them. The first sample that breaks the pattern (another
+shape, dtype or type, other keys or another key order) sends the batch back to
 :func:`default_collate`, with the rows already copied as the samples they were: same values,
-dtype and shape, so the same result or the same error. Anything else (dicts, tuples, small
-arrays, a registry entry of the user's) is :func:`default_collate` of the list, as always.
+dtype and shape, so the same result or the same error. Anything else (tuples, namedtuples,
+small arrays, a registry entry of the user's) is :func:`default_collate` of the list.
 
 One difference shows only with a dataset that returns one buffer of its own and overwrites it
 at the next call: the list would hold that buffer's last contents in every row (as under
@@ -23,17 +26,18 @@ torch), the batch stacked as read holds each row as it was read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 import numpy as np
 
-from aioload.collate.core import default_collate
+from aioload.collate.core import collate, default_collate
 from aioload.collate.fns import (
     IN_PLACE_MIN_BYTES,
     active_allocator,
     collate_numpy_array_fn,
     default_collate_fn_map,
+    holds_torch_tensor,
 )
 
 __all__ = ["collate_as_read"]
@@ -58,21 +62,38 @@ def collate_as_read(getitem: Callable[[Any], Any], keys: Iterable[Any]) -> Any:
             batch = collate_as_read(dataset.__getitem__, [0, 1, 2, 3])
     """
     count = len(keys) if isinstance(keys, Sized) else 0
-    if count == 0 or active_allocator() is None:
-        return default_collate([getitem(key) for key in keys])
     allocate = active_allocator()
-    assert allocate is not None
+    if count == 0 or allocate is None:
+        return default_collate([getitem(key) for key in keys])
     remaining = iter(keys)
     first = getitem(next(remaining))
-    if not _stackable(first, count):
-        return default_collate([first, *(getitem(key) for key in remaining)])
-    out = allocate((count, *first.shape), first.dtype)
-    if out is None:  # no room: stacked as usual
-        return default_collate([first, *(getitem(key) for key in remaining)])
+    if _stackable(first, count):
+        out = allocate((count, *first.shape), first.dtype)
+        if out is not None:
+            return _arrays_as_read(first, out, getitem, remaining)
+    elif type(first) is dict and _fields_go_through(first):
+        outs = {}
+        for name, value in first.items():
+            if _stackable(value, count):
+                room = allocate((count, *value.shape), value.dtype)
+                if room is not None:
+                    outs[name] = room
+        if outs:
+            return _dicts_as_read(first, outs, getitem, remaining)
+    return default_collate([first, *(getitem(key) for key in remaining)])
+
+
+def _arrays_as_read(
+    first: np.ndarray[Any, Any],
+    out: np.ndarray[Any, Any],
+    getitem: Callable[[Any], Any],
+    remaining: Iterator[Any],
+) -> Any:
+    """The batch of array samples, each copied into its row of ``out`` as it is read."""
     shape, dtype = first.shape, first.dtype
     out[0] = first
     del first  # freed now: the next sample is made in its memory, still in the cache
-    for row in range(1, count):
+    for row in range(1, len(out)):
         sample = getitem(next(remaining))
         if type(sample) is not np.ndarray or sample.shape != shape or sample.dtype != dtype:
             # Not all alike: default_collate's rules (promotion, its errors) on the samples
@@ -84,6 +105,80 @@ def collate_as_read(getitem: Callable[[Any], Any], keys: Iterable[Any]) -> Any:
         out[row] = sample
         del sample
     return out
+
+
+def _dicts_as_read(
+    first: dict[Any, Any],
+    outs: dict[Any, np.ndarray[Any, Any]],
+    getitem: Callable[[Any], Any],
+    remaining: Iterator[Any],
+) -> Any:
+    """The batch of dict samples: the fields in ``outs`` copied into their rows as read, the
+    others collated at the end, as :func:`default_collate` collates a mapping's fields."""
+    names = list(first)
+    count = len(next(iter(outs.values())))
+    specs = {name: (first[name].shape, first[name].dtype) for name in outs}
+    kept: dict[Any, list[Any]] = {name: [] for name in names if name not in outs}
+    sample: Any = first
+    del first
+    for row in range(count):
+        if row:
+            sample = getitem(next(remaining))
+            if type(sample) is not dict or list(sample) != names or not _alike(sample, specs):
+                return _fall_back(outs, kept, names, row, sample, getitem, remaining)
+        for name, out in outs.items():
+            out[row] = sample[name]
+        for name, column in kept.items():
+            column.append(sample[name])
+        del sample
+    values: dict[Any, Any] = {}
+    try:
+        for name in names:
+            if name in outs:
+                values[name] = outs[name]
+            else:
+                values[name] = collate(kept[name], collate_fn_map=default_collate_fn_map)
+    except Exception:  # default_collate raises it again, naming the field and the entry
+        return _fall_back(outs, kept, names, count, None, getitem, remaining)
+    return values  # what collate rebuilds an exact dict as: its fields in the first's order
+
+
+def _fall_back(
+    outs: dict[Any, np.ndarray[Any, Any]],
+    kept: dict[Any, list[Any]],
+    names: list[Any],
+    row: int,
+    sample: Any,
+    getitem: Callable[[Any], Any],
+    remaining: Iterator[Any],
+) -> Any:
+    """:func:`default_collate` of the samples as read: the first ``row`` rebuilt from their
+    rows and kept fields (the same values), then ``sample`` (unless None: all were read), then
+    the rest."""
+    samples: list[Any] = [
+        {name: outs[name][done] if name in outs else kept[name][done] for name in names}
+        for done in range(row)
+    ]
+    if row < len(next(iter(outs.values()))):
+        samples.append(sample)
+        samples.extend(getitem(key) for key in remaining)
+    return default_collate(samples)
+
+
+def _alike(sample: dict[Any, Any], specs: dict[Any, tuple[tuple[int, ...], np.dtype[Any]]]) -> bool:
+    for name, (shape, dtype) in specs.items():
+        value = sample[name]
+        if type(value) is not np.ndarray or value.shape != shape or value.dtype != dtype:
+            return False
+    return True
+
+
+def _fields_go_through(first: dict[Any, Any]) -> bool:
+    """Whether ``default_collate`` takes a batch of dicts like ``first`` apart field by field
+    with the built-in rules: no registry entry for dicts, no torch tensor inside."""
+    return not holds_torch_tensor(first) and not any(
+        isinstance(first, key) for key in default_collate_fn_map
+    )
 
 
 def _stackable(first: Any, count: int) -> bool:

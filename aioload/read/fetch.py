@@ -184,15 +184,6 @@ class GuardedFetcher:
 
     # -- map-style reads ---------------------------------------------------
 
-    @property
-    def getitem_per_key(self) -> Callable[[Any], Any] | None:
-        """The dataset's ``__getitem__`` when a batch is read a key at a time (no
-        ``__getitems__``, sync), else None."""
-        protocol = self.protocol
-        if self._getitems is not None or protocol.is_async or protocol.iterable:
-            return None
-        return self._getitem
-
     def fetch_one_sync(self, key: Any) -> Any:
         """One sample of a sync map-style dataset, or a :class:`Skip`."""
         return self._result(key, self._item_sync(key))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -302,3 +302,64 @@ def test_an_error_while_reading_dicts_propagates_as_from_the_list() -> None:
     with in_arena(), pytest.raises(ValueError, match="unreadable"):
         collate_as_read(reads, range(4))
     assert reads.keys == [0, 1, 2]
+
+
+# -- tuples ----------------------------------------------------------------------
+
+
+def pairs(count: int = 4) -> list[tuple[Any, ...]]:
+    """``(image, label, name)`` samples, as torchvision's datasets give them."""
+    rng = np.random.default_rng(3)
+    return [
+        (rng.random((64, 64, 4), dtype=np.float32), i, f"n{i}", (np.arange(3) + i, 0.5))
+        for i in range(count)
+    ]
+
+
+def test_tuple_samples_are_stacked_as_read_into_a_list_of_columns() -> None:
+    samples = pairs()
+    with in_arena() as arena:
+        batch = collate_as_read(lambda key: samples[key], range(4))
+        assert in_segment(batch[0], arena)
+    plain = default_collate(samples)
+    assert type(batch) is list and len(batch) == 4
+    assert batch[2] == ("n0", "n1", "n2", "n3")
+    assert_same(batch, plain)
+
+
+@pytest.mark.parametrize("at", [1, 3])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: (s[0][:, :-1], *s[1:]),  # another shape
+        lambda s: (s[0].astype(np.float64), *s[1:]),  # another dtype
+        lambda s: s[:3],  # shorter: torch's RuntimeError on unequal sizes
+        lambda s: (*s, 1),  # longer
+        lambda s: list(s),  # a list where tuples were
+        lambda s: (None, *s[1:]),
+        lambda s: (s[0], "label", *s[2:]),  # a column that does not collate at the end
+        lambda s: Pair(s[0], s[1]),  # a namedtuple
+    ],
+    ids=["shape", "dtype", "shorter", "longer", "list", "None", "label", "namedtuple"],
+)
+def test_a_tuple_that_breaks_the_pattern_gives_the_plain_result_or_error(
+    at: int, change: Callable[[tuple[Any, ...]], Any]
+) -> None:
+    samples: list[Any] = pairs()
+    samples[at] = change(samples[at])
+    fast, plain, _ = both(samples)
+    assert_same(fast, plain)
+
+
+class Pair(NamedTuple):
+    image: np.ndarray
+    label: int
+
+
+def test_namedtuple_and_list_samples_go_the_plain_way() -> None:
+    named = [Pair(s[0], s[1]) for s in pairs()]
+    listed = [list(s) for s in pairs()]
+    for samples in (named, listed):
+        fast, plain, _ = both(samples)
+        assert type(fast) is type(plain)
+        assert_same(fast, plain)

@@ -11,13 +11,14 @@ It does so only where the result is certainly :func:`default_collate`'s: under
 :func:`~aioload.collate.fns.collate_into` (a worker's shared segment gives the room), for
 samples that are plain numpy arrays of one numeric dtype and one shape, large enough to be
 stacked into that room, with the registry's array function still the built-in one; or plain
-``dict`` samples (no torch tensor in them, no registry entry for them), whose fields of such
-arrays are stacked as read and whose other fields are collated at the end as
-:func:`default_collate` collates them. The first sample that breaks the pattern (another
-shape, dtype or type, other keys or another key order) sends the batch back to
-:func:`default_collate`, with the rows already copied as the samples they were: same values,
-dtype and shape, so the same result or the same error. Anything else (tuples, namedtuples,
-small arrays, a registry entry of the user's) is :func:`default_collate` of the list.
+``dict`` or ``tuple`` samples (``(image, label)``; no torch tensor in them, no registry entry
+for them), whose fields of such arrays are stacked as read and whose other fields are
+collated at the end as :func:`default_collate` collates them. The first sample that breaks
+the pattern (another shape, dtype or type, other keys, another key order or length) sends the
+batch back to :func:`default_collate`, with the rows already copied as the samples they were:
+same values, dtype and shape, so the same result or the same error. Anything else
+(namedtuples, lists, small arrays, a registry entry of the user's) is :func:`default_collate`
+of the list.
 
 One difference shows only with a dataset that returns one buffer of its own and overwrites it
 at the next call: the list would hold that buffer's last contents in every row (as under
@@ -26,7 +27,7 @@ torch), the batch stacked as read holds each row as it was read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import numpy as np
@@ -71,15 +72,17 @@ def collate_as_read(getitem: Callable[[Any], Any], keys: Iterable[Any]) -> Any:
         out = allocate((count, *first.shape), first.dtype)
         if out is not None:
             return _arrays_as_read(first, out, getitem, remaining)
-    elif type(first) is dict and _fields_go_through(first):
+    elif (type(first) is dict or type(first) is tuple) and _fields_go_through(first):
+        names = list(first) if type(first) is dict else list(range(len(first)))
         outs = {}
-        for name, value in first.items():
+        for name in names:
+            value = first[name]
             if _stackable(value, count):
                 room = allocate((count, *value.shape), value.dtype)
                 if room is not None:
                     outs[name] = room
         if outs:
-            return _dicts_as_read(first, outs, getitem, remaining)
+            return _fields_as_read(first, names, outs, getitem, remaining)
     return default_collate([first, *(getitem(key) for key in remaining)])
 
 
@@ -107,15 +110,17 @@ def _arrays_as_read(
     return out
 
 
-def _dicts_as_read(
-    first: dict[Any, Any],
+def _fields_as_read(
+    first: dict[Any, Any] | tuple[Any, ...],
+    names: list[Any],
     outs: dict[Any, np.ndarray[Any, Any]],
     getitem: Callable[[Any], Any],
     remaining: Iterator[Any],
 ) -> Any:
-    """The batch of dict samples: the fields in ``outs`` copied into their rows as read, the
-    others collated at the end, as :func:`default_collate` collates a mapping's fields."""
-    names = list(first)
+    """The batch of dict (or plain tuple) samples: the fields (positions) in ``outs`` copied
+    into their rows as read, the others collated at the end, as :func:`default_collate`
+    collates a mapping's fields (a tuple's positions, into a list)."""
+    kind = type(first)
     count = len(next(iter(outs.values())))
     specs = {name: (first[name].shape, first[name].dtype) for name in outs}
     kept: dict[Any, list[Any]] = {name: [] for name in names if name not in outs}
@@ -124,12 +129,12 @@ def _dicts_as_read(
     for row in range(count):
         if row:
             sample = getitem(next(remaining))
-            if type(sample) is not dict or list(sample) != names or not _alike(sample, specs):
-                return _fall_back(outs, kept, names, row, sample, getitem, remaining)
+            if not _fits(sample, kind, names) or not _alike(sample, specs):
+                return _fall_back(kind, outs, kept, names, row, sample, getitem, remaining)
         for name, out in outs.items():
             out[row] = sample[name]
-        for name, column in kept.items():
-            column.append(sample[name])
+        for name, values_so_far in kept.items():
+            values_so_far.append(sample[name])
         del sample
     values: dict[Any, Any] = {}
     try:
@@ -137,13 +142,25 @@ def _dicts_as_read(
             if name in outs:
                 values[name] = outs[name]
             else:
-                values[name] = collate(kept[name], collate_fn_map=default_collate_fn_map)
+                # The column as collate hands it on: a mapping's field as a list, a tuple's
+                # position as a tuple (zip's), which str and bytes leaves come back as.
+                column: Sequence[Any] = kept[name] if kind is dict else tuple(kept[name])
+                values[name] = collate(column, collate_fn_map=default_collate_fn_map)
     except Exception:  # default_collate raises it again, naming the field and the entry
-        return _fall_back(outs, kept, names, count, None, getitem, remaining)
-    return values  # what collate rebuilds an exact dict as: its fields in the first's order
+        return _fall_back(kind, outs, kept, names, count, None, getitem, remaining)
+    # What collate rebuilds an exact dict as (its fields in the first's order), a tuple as.
+    return values if kind is dict else list(values.values())
+
+
+def _fits(sample: Any, kind: type[Any], names: list[Any]) -> bool:
+    """Whether ``sample`` has the first sample's type and fields, in the same order."""
+    if type(sample) is not kind:
+        return False
+    return list(sample) == names if kind is dict else len(sample) == len(names)
 
 
 def _fall_back(
+    kind: type,
     outs: dict[Any, np.ndarray[Any, Any]],
     kept: dict[Any, list[Any]],
     names: list[Any],
@@ -153,19 +170,19 @@ def _fall_back(
     remaining: Iterator[Any],
 ) -> Any:
     """:func:`default_collate` of the samples as read: the first ``row`` rebuilt from their
-    rows and kept fields (the same values), then ``sample`` (unless None: all were read), then
-    the rest."""
-    samples: list[Any] = [
-        {name: outs[name][done] if name in outs else kept[name][done] for name in names}
-        for done in range(row)
-    ]
+    rows and kept fields (the same values, as a ``kind``), then ``sample`` (unless None: all
+    were read), then the rest."""
+    samples: list[Any] = []
+    for done in range(row):
+        fields = {name: outs[name][done] if name in outs else kept[name][done] for name in names}
+        samples.append(fields if kind is dict else tuple(fields.values()))
     if row < len(next(iter(outs.values()))):
         samples.append(sample)
         samples.extend(getitem(key) for key in remaining)
     return default_collate(samples)
 
 
-def _alike(sample: dict[Any, Any], specs: dict[Any, tuple[tuple[int, ...], np.dtype[Any]]]) -> bool:
+def _alike(sample: Any, specs: dict[Any, tuple[tuple[int, ...], np.dtype[Any]]]) -> bool:
     for name, (shape, dtype) in specs.items():
         value = sample[name]
         if type(value) is not np.ndarray or value.shape != shape or value.dtype != dtype:
@@ -173,9 +190,9 @@ def _alike(sample: dict[Any, Any], specs: dict[Any, tuple[tuple[int, ...], np.dt
     return True
 
 
-def _fields_go_through(first: dict[Any, Any]) -> bool:
-    """Whether ``default_collate`` takes a batch of dicts like ``first`` apart field by field
-    with the built-in rules: no registry entry for dicts, no torch tensor inside."""
+def _fields_go_through(first: dict[Any, Any] | tuple[Any, ...]) -> bool:
+    """Whether ``default_collate`` takes a batch of samples like ``first`` apart field by
+    field with the built-in rules: no registry entry for their type, no torch tensor inside."""
     return not holds_torch_tensor(first) and not any(
         isinstance(first, key) for key in default_collate_fn_map
     )

@@ -5,6 +5,7 @@ same error, whatever the samples are; each sample is read once, in key order."""
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -363,3 +364,26 @@ def test_namedtuple_and_list_samples_go_the_plain_way() -> None:
         fast, plain, _ = both(samples)
         assert type(fast) is type(plain)
         assert_same(fast, plain)
+
+
+# -- memory ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["array", "dict", "tuple"])
+def test_each_sample_is_let_go_before_the_next_is_read(kind: str) -> None:
+    # What the path is for: one sample alive at a time, so the next one is made in the memory
+    # (and the cache) the last one freed. CPython frees an array when its last reference goes.
+    alive: list[weakref.ref[np.ndarray]] = []
+
+    def getitem(key: int) -> Any:
+        assert all(ref() is None for ref in alive), f"a sample before {key} is still alive"
+        image = np.full(BIG, key, np.uint8)
+        alive.append(weakref.ref(image))
+        if kind == "dict":
+            return {"image": image, "label": key}
+        return (image, key) if kind == "tuple" else image
+
+    with in_arena():
+        batch = collate_as_read(getitem, range(6))
+    images = batch if kind == "array" else batch["image"] if kind == "dict" else batch[0]
+    assert [int(row[0]) for row in images] == list(range(6))

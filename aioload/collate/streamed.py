@@ -68,31 +68,38 @@ def collate_as_read(getitem: Callable[[Any], Any], keys: Iterable[Any]) -> Any:
         return default_collate([getitem(key) for key in keys])
     remaining = iter(keys)
     first = getitem(next(remaining))
+    # The first sample goes to the functions below in a list they empty, so that no frame
+    # here keeps it alive once its row is copied (the next sample reuses its memory).
     if _stackable(first, count):
         out = allocate((count, *first.shape), first.dtype)
         if out is not None:
-            return _arrays_as_read(first, out, getitem, remaining)
+            held = [first]
+            del first
+            return _arrays_as_read(held, out, getitem, remaining)
     elif (type(first) is dict or type(first) is tuple) and _fields_go_through(first):
         names = list(first) if type(first) is dict else list(range(len(first)))
         outs = {}
         for name in names:
-            value = first[name]
-            if _stackable(value, count):
-                room = allocate((count, *value.shape), value.dtype)
+            if _stackable(first[name], count):
+                room = allocate((count, *first[name].shape), first[name].dtype)
                 if room is not None:
                     outs[name] = room
         if outs:
-            return _fields_as_read(first, names, outs, getitem, remaining)
+            held = [first]
+            del first
+            return _fields_as_read(held, names, outs, getitem, remaining)
     return default_collate([first, *(getitem(key) for key in remaining)])
 
 
 def _arrays_as_read(
-    first: np.ndarray[Any, Any],
+    held: list[np.ndarray[Any, Any]],
     out: np.ndarray[Any, Any],
     getitem: Callable[[Any], Any],
     remaining: Iterator[Any],
 ) -> Any:
-    """The batch of array samples, each copied into its row of ``out`` as it is read."""
+    """The batch of array samples (the first in ``held``), each copied into its row of
+    ``out`` as it is read."""
+    first = held.pop()
     shape, dtype = first.shape, first.dtype
     out[0] = first
     del first  # freed now: the next sample is made in its memory, still in the cache
@@ -111,7 +118,7 @@ def _arrays_as_read(
 
 
 def _fields_as_read(
-    first: dict[Any, Any] | tuple[Any, ...],
+    held: list[Any],
     names: list[Any],
     outs: dict[Any, np.ndarray[Any, Any]],
     getitem: Callable[[Any], Any],
@@ -119,7 +126,9 @@ def _fields_as_read(
 ) -> Any:
     """The batch of dict (or plain tuple) samples: the fields (positions) in ``outs`` copied
     into their rows as read, the others collated at the end, as :func:`default_collate`
-    collates a mapping's fields (a tuple's positions, into a list)."""
+    collates a mapping's fields (a tuple's positions, into a list). The first is in
+    ``held``."""
+    first = held.pop()
     kind = type(first)
     count = len(next(iter(outs.values())))
     specs = {name: (first[name].shape, first[name].dtype) for name in outs}

@@ -14,7 +14,8 @@ Two tables, so that the next regression shows where it is:
 2. **The loader, end to end**, with 0 and 2 workers, next to the plain single-process loop:
    wall time per batch, the consumer's time waiting for batches and touching them, CPU time per
    batch of the consumer and of every worker (from ``/proc``), page faults per batch on each
-   side, and how many distinct segments the batches came in (a handful: segments are reused).
+   side, and how many distinct buffers the batches came in (with workers, segments: a
+   handful, as they are reused).
    The CPU a batch needs in all, set against the cores, says what bounds the rate; two plain
    loops at once (``bench_workers.plain_loop``) say what the cores give with nothing handed over.
 """
@@ -293,7 +294,7 @@ def main() -> None:
     print("   (CPU and faults per batch delivered: each worker's counts over all batches)\n")
     print(
         "| run | GB/s | wall ms | waiting ms | touching ms | consumer CPU ms | workers CPU ms"
-        " | CPU ms in all | consumer faults | worker faults | segments |"
+        " | CPU ms in all | consumer faults | worker faults | buffers |"
     )
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
     for run in runs:

@@ -11,7 +11,9 @@ worker-process backend, and gathered at the end in a markdown table for the READ
    Targets: aioload with 2 workers >= 1.0 x torch with 2 workers, and >= 1.8 x aioload with
    ``num_workers=0``.
 2. 16 MiB batches of 1 MiB uint8 items, 2 workers, each library's default collate (torch's
-   sends tensors through shared memory, its best case). GB/s; target: >= 1.5 x torch.
+   sends tensors through shared memory, its best case), next to a plain single-process loop
+   of the same reads and ``np.stack`` (:func:`plain_loop`). GB/s; targets: >= 1.5 x torch,
+   >= 1.2 x the plain loop. ``profile_big_batches.py`` breaks this case down stage by stage.
 3. Latency-bound items: 64 KiB objects from an HTTP server on 127.0.0.1 that answers every
    request after 20 ms. aioload reads them with ``async def __getitem__`` and aiohttp, many
    at once per worker; torch with blocking ``http.client`` calls. Targets: >= 20 x torch with
@@ -55,6 +57,7 @@ import uvloop
 from common import Rates, optional
 
 from aioload import DataLoader
+from aioload.backends.processes.worker import keep_freed_memory
 
 # aiohttp is imported here, as a user's script would, so that aioload's fork server preloads it
 # with this module and the workers forked from it do not import it each. Without it,
@@ -69,6 +72,9 @@ ITEM_COST = 0.002  # seconds of CPU work per item in measurement 1
 FEATURES = 64  # float32 values per item in measurement 1
 SIGNAL = 1024  # samples of the signal the numpy work transforms
 BIG_ITEM = 1 << 20  # bytes per item in measurement 2
+PLAIN = "plain loop, 1 process (no loader)"  # measurement 2's single-process bar
+PLAIN_TUNED = "plain loop, allocator tuned"
+PLAIN_PAIR = "ceiling: 2 tuned plain loops at once"
 PAGE = 4096
 DELAY = 0.02  # seconds the object server waits before every answer
 OBJECT_SIZE = 64 << 10
@@ -624,6 +630,55 @@ def bare_processes(dataset: Any, processes: int) -> Case:
     return run
 
 
+def _plain_loop(duration: float, tuned: bool, out: multiprocessing.connection.Connection) -> None:
+    if tuned:
+        keep_freed_memory()
+    dataset = BigItems()
+    tally = Tally(touch_pages, 1, duration)
+    key = 0
+    while True:
+        batch = np.stack([dataset[key + i] for i in range(BATCH)])
+        key += BATCH
+        if tally.add(batch):
+            break
+    out.send((tally.counted * BIG_ITEM, tally.elapsed))
+
+
+def plain_loop(tuned: bool = False, processes: int = 1) -> Case:
+    """Measurement 2's reads and stacking in a plain loop, no loader, in a fresh process.
+
+    The bar a loader with workers should clear: the consumer does the same reads and
+    ``np.stack`` itself and touches every batch as the loader's consumer does. Fresh
+    (``spawn``), so its allocator starts as a script's does, whatever ran here before: glibc
+    serves the 16 MiB stack from fresh pages or from its heap depending on what it freed
+    earlier. ``tuned``: the allocator set as aioload's workers set theirs
+    (:func:`~aioload.backends.processes.worker.keep_freed_memory`), the loop's best case.
+    ``processes``: that many loops at once, their bytes summed: what the cores (and their
+    shared memory bandwidth) allow at most, with nothing handed over.
+    """
+
+    def run(duration: float) -> tuple[int, float]:
+        context = multiprocessing.get_context("spawn")
+        pipes = [context.Pipe(duplex=False) for _ in range(processes)]
+        loops = [
+            context.Process(target=_plain_loop, args=(duration, tuned, sender))
+            for _, sender in pipes
+        ]
+        for loop in loops:
+            loop.start()
+        results = []
+        try:
+            for receiver, sender in pipes:
+                sender.close()
+                results.append(receiver.recv())
+        finally:
+            for loop in loops:
+                loop.join()
+        return sum(done for done, _ in results), max(seconds for _, seconds in results)
+
+    return run
+
+
 def cpu_bound(torch_data: Any, repeat: int, duration: float, checks: list[Check]) -> None:
     """Measurement 1."""
     rounds, numpy_cost = calibrate(numpy_work)
@@ -713,6 +768,9 @@ def big_batches(torch_data: Any, repeat: int, duration: float, checks: list[Chec
     cases["aioload, 2 workers"] = throughput(
         lambda: aioload_loader(dataset, WORKERS), touch_pages, WORKERS, BIG_ITEM
     )
+    cases[PLAIN] = plain_loop()
+    cases[PLAIN_TUNED] = plain_loop(tuned=True)
+    cases[PLAIN_PAIR] = plain_loop(tuned=True, processes=WORKERS)
     measured = measure(cases, repeat, duration)
 
     print(f"\n2. Big batches: {BATCH} items of {BIG_ITEM >> 20} MiB (np.full), default collate_fn")
@@ -730,7 +788,13 @@ def big_batches(torch_data: Any, repeat: int, duration: float, checks: list[Chec
             "x torch 2w": {
                 "aioload, 0 workers": "torch, 2 workers (fork)",
                 "aioload, 2 workers": "torch, 2 workers (fork)",
-            }
+            },
+            "x plain loop": {
+                "aioload, 0 workers": PLAIN,
+                "aioload, 2 workers": PLAIN,
+                PLAIN_TUNED: PLAIN,
+            },
+            "x tuned loop": {"aioload, 2 workers": PLAIN_TUNED, PLAIN_PAIR: PLAIN_TUNED},
         },
     )
     check = Check(
@@ -744,6 +808,17 @@ def big_batches(torch_data: Any, repeat: int, duration: float, checks: list[Chec
     )
     check.report()
     checks.append(check)
+    versus_plain = Check(
+        f"2. {BIG_ITEM * BATCH >> 20} MiB batches, 2 workers",
+        "GB/s",
+        scaled(measured.median("aioload, 2 workers"), 1e-9),
+        scaled(measured.median(PLAIN), 1e-9),
+        "plain loop, 1 process",
+        1.2,
+        fmt=".2f",
+    )
+    versus_plain.report()
+    checks.append(versus_plain)
     report_missing(measured)
 
 

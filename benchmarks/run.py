@@ -219,6 +219,8 @@ def workers_workloads(quick: bool) -> list[Workload]:
         cases[f"aioload, {workers} workers"] = bw.throughput(
             partial(bw.aioload_loader, data, workers), bw.touch_pages, workers, bw.BIG_ITEM
         )
+        # The single-process bar: the same reads and stacking in a plain loop, no loader.
+        cases["ceiling: plain loop, 1 process"] = bw.plain_loop()
         return {name: partial(case, cpu_s) for name, case in cases.items()}
 
     def http(processes: int) -> Callable[[ExitStack], dict[str, Run]]:

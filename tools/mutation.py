@@ -128,6 +128,10 @@ MODULES: dict[str, Module] = {
         "aioload/memory/segments.py",
         ("tests/test_workers.py", "tests/test_mutation_kills_transport.py"),
     ),
+    "streamed": Module(
+        "aioload/collate/streamed.py",
+        ("tests/test_collate_as_read.py", "tests/test_big_batches.py"),
+    ),
 }
 
 # mutmut's exit-code statuses, folded into the report's columns.

@@ -31,6 +31,7 @@ from aioload.collate.errors import (
 
 __all__ = [
     "Allocator",
+    "active_allocator",
     "CollateFnMap",
     "collate_float_fn",
     "collate_int_fn",
@@ -95,7 +96,12 @@ Allocator = Callable[[tuple[int, ...], np.dtype[Any]], "np.ndarray[Any, Any] | N
 _allocator: contextvars.ContextVar[Allocator | None] = contextvars.ContextVar(
     "aioload_collate_allocator", default=None
 )
-_IN_PLACE_MIN_BYTES = 64 << 10  # below this a copy costs less than finding room
+IN_PLACE_MIN_BYTES = 64 << 10  # below this a copy costs less than finding room
+
+
+def active_allocator() -> Allocator | None:
+    """The ``allocate`` of the innermost :func:`collate_into` block around the caller, or None."""
+    return _allocator.get()
 
 
 @contextlib.contextmanager
@@ -123,7 +129,7 @@ def _stack_into(
     batch: Sequence[Any], elem: np.ndarray[Any, Any], allocate: Allocator
 ) -> np.ndarray[Any, Any] | None:
     shape, dtype = elem.shape, elem.dtype
-    if elem.nbytes * len(batch) < _IN_PLACE_MIN_BYTES:
+    if elem.nbytes * len(batch) < IN_PLACE_MIN_BYTES:
         return None
     for array in batch:
         if type(array) is not np.ndarray or array.shape != shape or array.dtype != dtype:
@@ -189,7 +195,7 @@ def collate_tensor_fn(batch: Sequence[Any], *, collate_fn_map: CollateFnMap | No
 
 def _stack_tensors_into(torch: Any, batch: Sequence[Any], allocate: Allocator) -> Any:
     elem = batch[0]
-    if elem.nbytes * len(batch) < _IN_PLACE_MIN_BYTES:
+    if elem.nbytes * len(batch) < IN_PLACE_MIN_BYTES:
         return None
     for tensor in batch:
         if (

@@ -14,9 +14,10 @@ import mmap
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Lease", "mapping_address", "size_class"]
+__all__ = ["HUGE_PAGE", "Lease", "advise_huge_pages", "mapping_address", "size_class"]
 
 PAGESIZE = mmap.PAGESIZE
+HUGE_PAGE = 2 << 20  # the transparent huge page of x86-64 and most arm64 kernels
 
 
 def size_class(nbytes: int) -> int:
@@ -44,6 +45,34 @@ def mapping_address(mapping: mmap.mmap) -> int:
     address = ctypes.addressof(view)
     del view
     return address
+
+
+def advise_huge_pages(mapping: mmap.mmap, size: int) -> bool:
+    """Asks for transparent huge pages on the whole huge pages of a shared-memory mapping.
+
+    A 16 MiB batch in 4 KiB pages costs 4096 page faults the first time each side touches
+    its segment and 4096 TLB misses each time the consumer reads a byte per page; in 2 MiB
+    pages, 8 of each. Whether the kernel gives them is its setting for shared memory
+    (``/sys/kernel/mm/transparent_hugepage/shmem_enabled``: ``advise``, ``within_size``
+    or ``always``; with ``never``, the default of many kernels, the advice changes
+    nothing). Only the whole 2 MiB pages at the start are advised, so a segment never
+    takes more memory than its size. Returns whether the advice was taken (False where
+    the platform has no ``MADV_HUGEPAGE`` or the mapping is under one huge page).
+
+    Example::
+
+        >>> advise_huge_pages(mmap.mmap(-1, 4096), 4096)
+        False
+    """
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    whole = size // HUGE_PAGE * HUGE_PAGE
+    if advice is None or whole == 0:
+        return False
+    try:
+        mapping.madvise(advice, 0, whole)
+    except OSError:  # a kernel without transparent huge pages
+        return False
+    return True
 
 
 class Lease:

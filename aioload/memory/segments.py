@@ -32,6 +32,10 @@ Segment lifetime:
   the worker reuses the segment (its pages are already mapped on both sides,
   so a reused segment costs no page faults) or, past a bound on idle
   segments, both sides unmap it.
+- Both sides ask for transparent huge pages on a segment's whole 2 MiB pages
+  (:func:`~aioload.memory.buffers.advise_huge_pages`): where the kernel gives
+  them to shared memory, a 16 MiB batch faults in 8 pages instead of 4096 and
+  the consumer's reads miss the TLB as rarely.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from aioload.memory.buffers import Lease, mapping_address, size_class
+from aioload.memory.buffers import Lease, advise_huge_pages, mapping_address, size_class
 
 __all__ = ["SegmentReader", "SegmentWriter", "Written", "shared_memory_fd"]
 
@@ -120,6 +124,7 @@ class _Segment:
         except BaseException:
             os.close(fd)
             raise
+        advise_huge_pages(self.mapping, size)  # before the first write faults the pages in
         self.id = segment_id
         self.size = size
         self.fd: int | None = fd  # until it has crossed the socket once
@@ -355,6 +360,7 @@ class SegmentReader:
                 mapping = mmap.mmap(fd, size)
             finally:
                 os.close(fd)
+            advise_huge_pages(mapping, size)  # the worker's huge pages map whole here too
             self._mappings[segment] = (mapping, mapping_address(mapping))
         self._idle_at_worker.discard(segment)
         return self._mappings[segment]

@@ -55,6 +55,15 @@ class Fetcher:
         self._getitem = getattr(dataset, "__getitem__", None)
         self._getitems = getattr(dataset, "__getitems__", None) if protocol.batched else None
 
+    @property
+    def getitem_per_key(self) -> Callable[[Any], Any] | None:
+        """The dataset's ``__getitem__`` when a batch is read a key at a time (no
+        ``__getitems__``, sync), else None."""
+        protocol = self.protocol
+        if self._getitems is not None or protocol.is_async or protocol.iterable:
+            return None
+        return self._getitem
+
     def fetch_one_sync(self, key: Any) -> Any:
         """One sample of a sync map-style dataset."""
         return self._getitem(key)  # type: ignore[misc]

@@ -108,6 +108,11 @@ class BatchReader:
         worker: the worker process reading (None: the loader's loop), for skip records.
         collate: collates instead of ``setup.collate_fn`` (a worker collates
             straight into shared memory through it).
+        gather: ``gather(getitem, keys)`` reads and collates a batch of a sync map-style
+            dataset in one go, instead of ``collate([getitem(key) for key in keys])``; used
+            only where that is what it replaces: no fault policy, automatic batching,
+            ``__getitem__`` per key, ``setup.collate_fn`` is ``default_collate`` (a worker
+            stacks each sample into shared memory as it is read through it).
 
     Map-style: :meth:`read_sync` (sync datasets) and :meth:`read_async` (any,
     on a running loop). Iterable: :meth:`next_sync` (sync streams) and
@@ -127,6 +132,7 @@ class BatchReader:
         *,
         worker: int | None = None,
         collate: Callable[[Any], Any] | None = None,
+        gather: Callable[[Callable[[Any], Any], Sequence[Any]], Any] | None = None,
     ) -> None:
         self.protocol = protocol
         self.auto_concurrency = setup.auto_concurrency
@@ -138,6 +144,16 @@ class BatchReader:
             # list of samples; default_collate takes it by its columns.
             self._collate = rows_for_collate(self._collate)
         self._single = not setup.auto_collation
+        getitem = fetcher.getitem_per_key
+        self._gather: Callable[[Sequence[Any]], Any] | None = None
+        if (
+            gather is not None
+            and getitem is not None
+            and setup.collate_fn is default_collate
+            and not self._single
+            and not (setup.policy is not None and setup.policy.active)
+        ):
+            self._gather = functools.partial(gather, getitem)
         self._track = protocol.iterable and setup.track_stream_state
         # A stream's state after each batch: a snapshot made JSON only if a checkpoint asks
         # (aioload.data.row_block), where the dataset can take one.
@@ -211,6 +227,8 @@ class BatchReader:
                 if self._single:
                     return Outcome(seq, self._collate(self._fetcher.fetch_one_sync(keys)))
                 keys = _sequence(keys)
+                if self._gather is not None:
+                    return Outcome(seq, self._gather(keys))
                 return Outcome(seq, self._collate(self._fetcher.fetch_sync(keys)))
             results: Sequence[Any]
             if self._single:

@@ -56,6 +56,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,7 @@ from aioload.backends.processes.wire import (
     send_result,
 )
 from aioload.collate.core import collate_into
+from aioload.collate.streamed import collate_as_read
 from aioload.data.epochs import DatasetEpochs, set_dataset_epochs
 from aioload.data.protocol import inspect_dataset
 from aioload.eventloop import new_event_loop
@@ -400,6 +402,7 @@ class _Worker:
                         self._protocol,
                         worker=self._id,
                         collate=self._collate_in_shared_memory,
+                        gather=self._gather_in_shared_memory,
                     )
                     backend = InlineBackend(
                         reader,
@@ -425,6 +428,20 @@ class _Worker:
         try:
             with collate_into(arena.allocate):
                 return _InArena(self._setup.collate_fn(samples), arena)
+        except BaseException:
+            arena.release()
+            raise
+
+    def _gather_in_shared_memory(
+        self, getitem: Callable[[Any], Any], keys: Sequence[Any]
+    ) -> _InArena:
+        """Reads a batch and stacks each sample into the segment as soon as it is read
+        (:func:`~aioload.collate.streamed.collate_as_read`; the reader uses it only where
+        ``collate_fn`` is ``default_collate``)."""
+        arena = self._writer.arena()
+        try:
+            with collate_into(arena.allocate):
+                return _InArena(collate_as_read(getitem, keys), arena)
         except BaseException:
             arena.release()
             raise

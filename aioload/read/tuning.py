@@ -166,8 +166,7 @@ class ConcurrencyTuner:
         self._held = None
         self._held_for = 0
         self._reference = self._reference_latency = 0.0
-        self._previous, self._skipped = None, None
-        self._measured.clear()
+        self._forget_growth()
         return self._set(now, self.limit * _THROTTLE_CUT // 10)
 
     # -- the decisions --------------------------------------------------------------
@@ -187,8 +186,7 @@ class ConcurrencyTuner:
 
     def _start(self, now: float, throughput: float, latency: float) -> bool:
         if throughput * latency < _NOT_BINDING * self.limit:
-            self._previous, self._skipped = None, None
-            self._measured.clear()
+            self._forget_growth()
             return self._set(now, self.limit)  # not what holds reads back: measure again
         self._measured[self.limit] = throughput
         previous, skipped = self._previous, self._skipped
@@ -209,6 +207,11 @@ class ConcurrencyTuner:
             return self._set(now, self._skipped)
         return self._hold_best(now)
 
+    def _forget_growth(self) -> None:
+        """Drops what growing measured: the next growth starts from the limit it finds."""
+        self._previous, self._skipped = None, None
+        self._measured.clear()
+
     def _grew(self, previous: tuple[int, float, float], throughput: float, latency: float) -> bool:
         """Whether the last step paid: throughput gained :data:`_GROWTH`, and latency did
         not rise with the reads added (Little's law: at the knee, latency grows as the
@@ -224,10 +227,10 @@ class ConcurrencyTuner:
         (more reads queue), one below it costs in proportion, and the measurements are noisy."""
         best = max(self._measured.values())
         best_limit = max(limit for limit, x in self._measured.items() if x >= _NEAR_BEST * best)
-        self._phase, self._previous, self._skipped = "hold", None, None
+        self._phase = "hold"
         self._reference, self._held_for = self._measured[best_limit], 0
         self._reference_latency = 0.0
-        self._measured.clear()
+        self._forget_growth()
         return self._set(now, best_limit)
 
     def _hold(self, now: float, throughput: float) -> bool:
@@ -241,8 +244,8 @@ class ConcurrencyTuner:
             abs(throughput - reference) > _MOVED * reference
             or abs(latency - reference_latency) > _MOVED * reference_latency
         ):
-            self._phase, self._previous, self._skipped = "start", None, None
-            self._measured.clear()
+            self._phase = "start"
+            self._forget_growth()
             return self._start(now, throughput, latency)
         self._reference = 0.75 * reference + 0.25 * throughput
         self._reference_latency = 0.75 * reference_latency + 0.25 * latency

@@ -424,13 +424,7 @@ class _Worker:
 
     def _collate_in_shared_memory(self, samples: Any) -> _InArena:
         """Collates into room in the segment the batch will travel in (no copy later)."""
-        arena = self._writer.arena()
-        try:
-            with collate_into(arena.allocate):
-                return _InArena(self._setup.collate_fn(samples), arena)
-        except BaseException:
-            arena.release()
-            raise
+        return self._in_arena(self._setup.collate_fn, samples)
 
     def _gather_in_shared_memory(
         self, getitem: Callable[[Any], Any], keys: Sequence[Any]
@@ -438,10 +432,15 @@ class _Worker:
         """Reads a batch and stacks each sample into the segment as soon as it is read
         (:func:`~aioload.collate.streamed.collate_as_read`; the reader uses it only where
         ``collate_fn`` is ``default_collate``)."""
+        return self._in_arena(collate_as_read, getitem, keys)
+
+    def _in_arena(self, build: Callable[..., Any], *args: Any) -> _InArena:
+        """``build(*args)`` with its arrays allocated in a fresh arena of the segment
+        writer; the arena goes back if ``build`` fails."""
         arena = self._writer.arena()
         try:
             with collate_into(arena.allocate):
-                return _InArena(collate_as_read(getitem, keys), arena)
+                return _InArena(build(*args), arena)
         except BaseException:
             arena.release()
             raise

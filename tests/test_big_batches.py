@@ -18,6 +18,7 @@ import aioload
 from aioload import DataLoader
 from aioload.memory.buffers import HUGE_PAGE, advise_huge_pages
 from aioload.memory.segments import SegmentReader, SegmentWriter
+from tests.batches import assert_same_batch
 from tests.mappings import segment_inode
 
 ITEM = 3 << 19  # 1.5 MiB: a batch of 4 is 6 MiB, three whole huge pages
@@ -48,24 +49,6 @@ class Mixed(aioload.Dataset):
         }
 
 
-def assert_identical(got: Any, expected: Any) -> None:
-    """Same structure and types; arrays byte-identical with the same dtype and shape."""
-    assert type(got) is type(expected)
-    if isinstance(expected, np.ndarray):
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        assert got.tobytes() == expected.tobytes()
-    elif isinstance(expected, dict):
-        assert list(got) == list(expected)
-        for key in expected:
-            assert_identical(got[key], expected[key])
-    elif isinstance(expected, list | tuple):
-        assert len(got) == len(expected)
-        for a, b in zip(got, expected, strict=True):
-            assert_identical(a, b)
-    else:
-        assert got == expected
-
-
 def stack_my_way(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """A custom collate_fn: left alone by the fast path (its arrays are copied once)."""
     return {"big": np.stack([s["big"] for s in samples])[:, ::-1], "n": len(samples)}
@@ -77,7 +60,7 @@ def test_big_batches_from_workers_are_the_plain_paths_batches(collate_fn: Any) -
     fast = list(DataLoader(Mixed(), batch_size=4, num_workers=2, collate_fn=collate_fn))
     assert len(fast) == len(plain) == 3
     for got, expected in zip(fast, plain, strict=True):
-        assert_identical(got, expected)
+        assert_same_batch(got, expected, layout=False)  # a worker sends arrays contiguous
     if collate_fn is None:  # default_collate's rules, kept: tuples become lists, text inside
         first = fast[0]  # a sequence a tuple (as torch), text in a mapping a list
         assert isinstance(first["pair"], list)
@@ -119,7 +102,7 @@ def test_arrays_stacked_as_read_in_workers_are_the_plain_paths_batches() -> None
     assert isinstance(plain[3], str) and "shape" in plain[3]
     assert fast[2].dtype == np.float64  # promoted, as np.array does
     for got, expected in zip(fast, plain, strict=True):
-        assert_identical(got, expected)
+        assert_same_batch(got, expected, layout=False)  # a worker sends arrays contiguous
 
 
 class Numbered(aioload.Dataset):
@@ -180,4 +163,4 @@ def test_a_big_result_read_from_an_advised_segment_is_intact() -> None:
     written = writer.write(batch)
     assert written.size >= 5 * HUGE_PAGE
     got = reader.read(written.segment, written.size, written.layout_at, written.fd)
-    assert_identical(got, batch)
+    assert_same_batch(got, batch, layout=False)

@@ -18,6 +18,7 @@ from aioload.collate.core import collate_into
 from aioload.collate.fns import collate_numpy_array_fn, default_collate_fn_map
 from aioload.collate.streamed import collate_as_read
 from aioload.memory.segments import Arena, SegmentWriter
+from tests.batches import assert_same_batch
 
 BIG = 1 << 16  # bytes per sample: a batch of 4 is over the in-place bound
 
@@ -72,27 +73,6 @@ def both(samples: list[Any]) -> tuple[Any, Any, Reads]:
     return fast, plain, reads
 
 
-def assert_same(fast: Any, plain: Any) -> None:
-    if isinstance(plain, BaseException):
-        assert type(fast) is type(plain) and str(fast) == str(plain)
-        return
-    assert type(fast) is type(plain)
-    if isinstance(plain, np.ndarray):
-        assert fast.dtype == plain.dtype and fast.shape == plain.shape
-        assert fast.flags.c_contiguous == plain.flags.c_contiguous
-        assert fast.tobytes() == plain.tobytes()
-    elif isinstance(plain, dict):
-        assert list(fast) == list(plain)
-        for key in plain:
-            assert_same(fast[key], plain[key])
-    elif isinstance(plain, list | tuple):
-        assert len(fast) == len(plain)
-        for a, b in zip(fast, plain, strict=True):
-            assert_same(a, b)
-    else:
-        assert fast == plain
-
-
 def arrays(count: int = 4, dtype: Any = np.float32, shape: tuple[int, ...] = (128, 128)) -> list:
     rng = np.random.default_rng(count)
     return [rng.standard_normal(shape).astype(dtype) for _ in range(count)]
@@ -105,7 +85,7 @@ def test_alike_arrays_are_stacked_as_read_into_the_room_byte_for_byte() -> None:
         batch = collate_as_read(lambda key: samples[key], range(4))
         assert in_segment(batch, arena)
     plain = default_collate(samples)
-    assert_same(batch, plain)
+    assert_same_batch(batch, plain)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +109,7 @@ def test_every_numeric_layout_and_dtype_gives_the_plain_batch(layout: str) -> No
     else:
         samples = [np.arange(BIG // 8, dtype=np.uint64) * i for i in range(count)]
     fast, plain, _ = both(samples)
-    assert_same(fast, plain)
+    assert_same_batch(fast, plain)
 
 
 def ragged(count: int, at: int, odd: Any) -> list[Any]:
@@ -157,7 +137,7 @@ def test_a_sample_that_breaks_the_pattern_gives_the_plain_result_or_error(
     at: int, odd: Any
 ) -> None:
     fast, plain, _ = both(ragged(4, at, odd))
-    assert_same(fast, plain)
+    assert_same_batch(fast, plain)
 
 
 @pytest.mark.parametrize(
@@ -178,7 +158,7 @@ def test_a_sample_that_breaks_the_pattern_gives_the_plain_result_or_error(
 def test_samples_it_does_not_stack_go_the_plain_way(first: Any) -> None:
     samples = [first] * 4
     fast, plain, _ = both(samples)
-    assert_same(fast, plain)
+    assert_same_batch(fast, plain)
 
 
 def test_an_error_while_reading_propagates_as_from_the_list() -> None:
@@ -195,8 +175,8 @@ def test_without_room_or_allocator_the_batch_is_the_plain_one() -> None:
     with collate_into(lambda shape, dtype: None):  # no room
         no_room = collate_as_read(lambda key: samples[key], range(4))
     plain = default_collate(samples)
-    assert_same(outside, plain)
-    assert_same(no_room, plain)
+    assert_same_batch(outside, plain)
+    assert_same_batch(no_room, plain)
     with pytest.raises(IndexError), in_arena():
         collate_as_read(lambda key: samples[key], [])
 
@@ -211,7 +191,7 @@ def test_a_users_function_for_arrays_is_left_to_collate() -> None:
     finally:
         default_collate_fn_map[np.ndarray] = collate_numpy_array_fn
     assert fast.dtype == np.float16
-    assert_same(fast, plain)
+    assert_same_batch(fast, plain)
 
 
 # -- dicts -----------------------------------------------------------------------
@@ -241,7 +221,7 @@ def test_dict_samples_are_stacked_as_read_field_by_field() -> None:
         assert in_segment(batch["image"], arena)  # (the mask no longer fits: the heap's)
     plain = default_collate(samples)
     assert type(batch) is dict and list(batch) == list(plain)
-    assert_same(batch, plain)
+    assert_same_batch(batch, plain)
 
 
 def changed(at: int, change: Callable[[dict[str, Any]], Any]) -> list[Any]:
@@ -284,7 +264,7 @@ def test_a_dict_that_breaks_the_pattern_gives_the_plain_result_or_error(
     at: int, change: Callable[[dict[str, Any]], Any]
 ) -> None:
     fast, plain, _ = both(changed(at, change))
-    assert_same(fast, plain)
+    assert_same_batch(fast, plain)
 
 
 def test_dicts_it_does_not_stack_go_the_plain_way() -> None:
@@ -292,7 +272,7 @@ def test_dicts_it_does_not_stack_go_the_plain_way() -> None:
     ordered = [collections.OrderedDict(s) for s in records()]  # not a plain dict
     for samples in (small, ordered):
         fast, plain, _ = both(samples)
-        assert_same(fast, plain)
+        assert_same_batch(fast, plain)
         assert type(fast) is type(plain)
 
 
@@ -325,7 +305,7 @@ def test_tuple_samples_are_stacked_as_read_into_a_list_of_columns() -> None:
     plain = default_collate(samples)
     assert type(batch) is list and len(batch) == 4
     assert batch[2] == ("n0", "n1", "n2", "n3")
-    assert_same(batch, plain)
+    assert_same_batch(batch, plain)
 
 
 @pytest.mark.parametrize("at", [1, 3])
@@ -349,7 +329,7 @@ def test_a_tuple_that_breaks_the_pattern_gives_the_plain_result_or_error(
     samples: list[Any] = pairs()
     samples[at] = change(samples[at])
     fast, plain, _ = both(samples)
-    assert_same(fast, plain)
+    assert_same_batch(fast, plain)
 
 
 class Pair(NamedTuple):
@@ -363,7 +343,7 @@ def test_namedtuple_and_list_samples_go_the_plain_way() -> None:
     for samples in (named, listed):
         fast, plain, _ = both(samples)
         assert type(fast) is type(plain)
-        assert_same(fast, plain)
+        assert_same_batch(fast, plain)
 
 
 # -- memory ----------------------------------------------------------------------

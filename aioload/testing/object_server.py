@@ -545,11 +545,31 @@ async def _main(
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
+    listener.setblocking(False)
+    listener.listen(4096)
     server = web.Server(handle)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
-    site = web.SockSite(runner, listener, backlog=4096)
-    await site.start()
+    loop = asyncio.get_running_loop()
+    connections: set[asyncio.Task[Any]] = set()
+
+    def accept_all() -> None:
+        # Every connection waiting, at each wake-up. uvloop's own accept, with the loop
+        # this busy, left hundreds of connections queued in the kernel for seconds: their
+        # requests starved while the rest were served, a stall no real store shows.
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # the client gave up before it was accepted (or out of files)
+                return
+            connection.setblocking(False)
+            task = loop.create_task(loop.connect_accepted_socket(server, connection))
+            connections.add(task)
+            task.add_done_callback(connections.discard)
+
+    loop.add_reader(listener.fileno(), accept_all)
     sys.stdout.write(f"{listener.getsockname()[1]}\n")
     sys.stdout.flush()
     try:
@@ -557,6 +577,8 @@ async def _main(
         while os.getppid() == settings["parent"]:
             await asyncio.sleep(0.5)
     finally:
+        loop.remove_reader(listener.fileno())
+        listener.close()
         await runner.cleanup()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -185,10 +186,10 @@ def test_the_limit_stays_within_its_bounds() -> None:
 def test_throttles_answered_for_reads_sent_before_a_cut_cut_once() -> None:
     tuner = ConcurrencyTuner(most=4096, start=1000)
     tuner.finished(0.0, 0.05)
-    assert tuner.throttled(0.01) and tuner.limit == 700
+    assert tuner.throttled(0.01) and tuner.limit == 850
     assert not tuner.throttled(0.02)  # within one latency of the cut
-    assert tuner.limit == 700 and tuner.throttles == 2
-    assert tuner.throttled(0.2) and tuner.limit == 490
+    assert tuner.limit == 850 and tuner.throttles == 2
+    assert tuner.throttled(0.2) and tuner.limit == 722
 
 
 def test_bad_bounds_are_refused() -> None:
@@ -215,3 +216,83 @@ def test_noise_does_not_walk_the_limit_down() -> None:
     late = settled(run, 30.0)
     assert sum(late) / len(late) >= 0.85 * 4000
     assert min(run.limits[len(run.limits) // 2 :]) >= 0.5 * 80
+
+
+def test_a_settled_limit_is_probed_less_and_less() -> None:
+    # At a knee found, every probe costs throughput (the one below the knee loses in
+    # proportion) and finds nothing: after probes that failed, they come rarer, so most of
+    # the time is spent at the limit held, and the throughput with it.
+    store = Store(latency=0.02, capacity=4000)  # the knee: 80 in flight
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    run = simulate(tuner, store, 60.0)
+    late = [limit for (t, _), limit in zip(run.throughput, run.limits, strict=True) if t >= 30.0]
+    held = max(set(late), key=late.count)
+    assert late.count(held) >= 0.85 * len(late)
+    changes = sum(1 for a, b in itertools.pairwise(late) if a != b)
+    # A probe cycle (up, down, back: three changes) at most every 16 intervals of >= 0.3 s.
+    assert changes <= 3 * (30.0 / (16 * 0.3)) + 3
+    assert sum(settled(run, 30.0)) / len(late) >= 0.9 * 4000
+
+
+def test_probes_come_often_again_when_the_store_changes() -> None:
+    # Rare probes must not leave the limit behind a store that got faster: a latency step
+    # down (the same limit now reads more) starts growth again, and probes with it.
+    store = Store(latency=0.08, capacity=4000)
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    run = simulate(tuner, store, 60.0, steps=((30.0, 0.02),))
+    assert sum(settled(run, 40.0)) / len(settled(run, 40.0)) >= 0.85 * 4000
+
+
+class ClientBound(Store):
+    """A store whose reads also queue in the client (its CPU): latency is the store's plus
+    the client's queue, which grows with the reads in flight, faster as they crowd it."""
+
+    def read_latency(self, in_flight: int) -> float:
+        assert self.crowding is not None
+        capacity = self.capacity / (1.0 + in_flight / self.crowding)
+        return self.latency + in_flight / capacity
+
+
+def test_a_latency_step_that_moves_a_client_bound_limit_by_a_third_is_followed() -> None:
+    # Held where the client's CPU bounds it, a 20 -> 80 ms step lowers throughput by about
+    # a third only (less than the half that moves a held limit at once); two intervals
+    # running that far off start the growth again.
+    store = ClientBound(latency=0.02, capacity=6000, crowding=2000)
+    best_at_80 = max(
+        n / ClientBound(latency=0.08, capacity=6000, crowding=2000).read_latency(n)
+        for n in (16, 64, 256, 1024, 4096)
+    )
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    run = simulate(tuner, store, 20.0, steps=((10.0, 0.08),))
+    before = [x for t, x in run.throughput if 9.0 <= t < 10.0]
+    after = [x for t, x in run.throughput if 10.0 <= t < 10.2]
+    assert sum(after) / len(after) < 0.75 * sum(before) / len(before)  # what the step does
+    back = next((t for t, x in run.throughput if t >= 10.0 and x >= 0.9 * best_at_80), None)
+    assert back is not None and back - 10.0 < 3.0
+    late = settled(run, 14.0)
+    assert sum(late) / len(late) >= 0.9 * best_at_80
+
+
+@pytest.mark.parametrize("latency", [0.02, 0.08])
+def test_a_capped_store_is_read_near_its_cap_with_few_throttles(latency: float) -> None:
+    # After a throttle the limit saws just under the cap (cut to 85 %, then 5 % more an
+    # interval until the next throttle), not far under it.
+    store = Store(latency=latency, capacity=1e9, rate_limit=2000)
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    run = simulate(tuner, store, 30.0)
+    late = settled(run, 10.0)
+    assert sum(late) / len(late) >= 0.9 * 2000
+    assert run.throttled / run.sent < 0.05
+
+
+def test_a_ceiling_that_is_gone_lets_the_limit_grow_again() -> None:
+    # One burst of throttles (another job on the bucket, say), then none: the limit is
+    # not kept under a ceiling that no longer is.
+    store = Store(latency=0.02, capacity=20_000)  # the knee: 400 in flight
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    simulate(tuner, store, 5.0)
+    for step in range(8):
+        tuner.throttled(5.0 + 0.1 * step)
+    run = simulate(tuner, store, 25.0, now=6.0)
+    late = settled(run, 20.0)
+    assert sum(late) / len(late) >= 0.85 * best(store)

@@ -19,17 +19,30 @@ measured, so that the new limit has filled):
   gains at least 15 % throughput: it doubles, and quadruples while a step gained nearly in
   proportion (the store is far from its knee: at 80 ms from 16, four doublings become
   two). A quadrupling that gains nothing is followed by the doubling it skipped, and the
-  highest limit measured within 5 % of the best throughput is held;
+  highest limit measured within 5 % of the best throughput is held. A step that gave
+  less than the smaller limit before it is measured once more first: one stalled
+  interval (new connections opening, the collector) must not decide where growth stops;
 - **hold**: every :data:`PROBE_EVERY` intervals it probes 25 % more; a probe that gains
   3 % is kept (and the next probe follows at once). One that does not is followed by a
   probe 20 % below the held limit, kept when it loses under 2 %: the latency that rose
   without throughput gain is given back. The thresholds lean upward because the costs do:
   a limit above the knee only queues reads, one below it loses throughput in proportion.
+  When the probe upward and the one below both fail, the next waits twice as long (up
+  to :data:`MOST_PROBE_EVERY` intervals): at a knee found, each probe costs throughput
+  (the one below it loses in proportion) and finds nothing; a probe kept, a throttle or
+  a new growth brings the wait back to :data:`PROBE_EVERY`.
   A throughput or a mean latency that moves by half or more while the limit is held (the
-  store's latency stepped up or down) starts the growth again from the held limit;
-- **throttles**: an interval in which the store throttled reads (503, 429) cuts the
-  limit to 70 % at once, and no probe upward follows for :data:`THROTTLE_COOLDOWN`
-  intervals (additive increase, multiplicative decrease).
+  store's latency stepped up or down), or by a quarter in two intervals running, starts
+  the growth again from the held limit (a 20 -> 80 ms step at a limit where the client's
+  CPU is the bound moves each by about 30 % only; one interval that far off is noise);
+- **throttles**: a read the store throttled (503, 429) cuts the limit to 85 % at once
+  (once a latency: the answers to reads sent before a cut do not cut again), and the
+  limit is then near a ceiling: after :data:`THROTTLE_COOLDOWN` intervals it grows by
+  5 % an interval, without waiting for probes, until the next throttle cuts it again
+  (additive increase, multiplicative decrease: the limit saws between 85 % and 100 % of
+  the store's cap: 0.92-0.95x of it on the tests' simulated stores, where a 70 % cut
+  and probes every few intervals kept 0.81-0.85x). :data:`CEILING_INTERVALS` intervals
+  of growth with no throttle, and the ceiling is gone: the limit is held and probed again.
 
 The limit stays between ``least`` and ``most``; the loader's ``most`` is what the
 window's memory budget admits (:data:`~aioload.settings.checks.AUTO_MOST_CONCURRENCY`
@@ -57,6 +70,8 @@ from aioload.stats.throttles import throttles_noted
 __all__ = [
     "LEAST_HOLD_INTERVAL",
     "LEAST_INTERVAL",
+    "CEILING_INTERVALS",
+    "MOST_PROBE_EVERY",
     "PROBE_EVERY",
     "THROTTLE_COOLDOWN",
     "AutoConcurrency",
@@ -72,10 +87,16 @@ throughputs a few percent apart, which a shorter interval's noise (batches, the 
 other processes on the cores) would decide."""
 
 PROBE_EVERY = 4
-"""Intervals at a held limit between two probes."""
+"""Intervals at a held limit between two probes, at first."""
 
-THROTTLE_COOLDOWN = 8
-"""Intervals after a throttle during which the limit is not probed upward."""
+MOST_PROBE_EVERY = 16
+"""The most intervals between two probes, after probes that found nothing (at least 4.8 s)."""
+
+THROTTLE_COOLDOWN = 2
+"""Intervals after a throttle during which the limit does not grow."""
+
+CEILING_INTERVALS = 16
+"""Intervals of growth after a throttle, with no throttle again, that end its ceiling."""
 
 _LEAST_ITEMS = 16
 _GROWTH = 1.15  # a step must gain this much throughput to be followed by another
@@ -83,9 +104,11 @@ _PROPORTIONAL = 0.8  # a step that gained this share of its factor: the knee is 
 _PROBE_UP, _PROBE_DOWN = 1.25, 0.8
 _KEEP_UP, _KEEP_DOWN = 1.03, 0.98
 _NEAR_BEST = 0.95  # a limit this close to the best throughput measured while growing is as good
-_THROTTLE_CUT = 7  # tenths of the limit kept at a throttle
+_THROTTLE_CUT = 85  # percent of the limit kept at a throttle
+_CEILING_STEP = 20  # near a ceiling the limit grows by 1/20 (5 %) an interval
 _NOT_BINDING = 0.6  # Little's law's in-flight items below this share of the limit
-_MOVED = 0.5  # a held limit's throughput off by this share: the store changed
+_MOVED = 0.5  # a held limit's throughput or latency off by this share: the store changed
+_DRIFTED = 0.25  # off by this share in two intervals running: the store changed too
 
 
 class ConcurrencyTuner:
@@ -130,7 +153,12 @@ class ConcurrencyTuner:
         self._reference = 0.0  # throughput at the held limit
         self._reference_latency = 0.0  # and its mean latency
         self._held_for = 0
+        self._probe_every = PROBE_EVERY  # intervals held before the next probe
+        self._drifted = False  # the last held interval was off by _DRIFTED
+        self._again = False  # this growth step is being measured a second time
+        self._up_failed = False  # the probe upward of this round gained nothing
         self._cooldown = 0
+        self._ceiling = 0  # intervals of growth left before a throttle's ceiling is gone
 
     def finished(self, now: float, latency: float) -> bool:
         """An item was read in ``latency`` seconds, ending at ``now``; whether the limit changed."""
@@ -162,12 +190,13 @@ class ConcurrencyTuner:
         if self._begun is not None and now < self._begun:
             return False  # answers to reads sent before the last cut: cut already
         self._cooldown = THROTTLE_COOLDOWN
+        self._ceiling = CEILING_INTERVALS
         self._phase = "hold"
         self._held = None
         self._held_for = 0
         self._reference = self._reference_latency = 0.0
         self._forget_growth()
-        return self._set(now, self.limit * _THROTTLE_CUT // 10)
+        return self._set(now, min(self.limit - 1, self.limit * _THROTTLE_CUT // 100))
 
     # -- the decisions --------------------------------------------------------------
 
@@ -190,6 +219,11 @@ class ConcurrencyTuner:
             return self._set(now, self.limit)  # not what holds reads back: measure again
         self._measured[self.limit] = throughput
         previous, skipped = self._previous, self._skipped
+        if previous is not None and throughput < previous[1] and not self._again:
+            # Less than the smaller limit gave: more likely a stall (the new reads' first
+            # connections, the collector, another process) than the store; once more.
+            self._again = True
+            return self._set(now, self.limit)
         if skipped is not None:  # the doubling a quadrupling skipped, now measured
             return self._hold_best(now)
         if previous is None or self._grew(previous, throughput, latency):
@@ -208,9 +242,11 @@ class ConcurrencyTuner:
         return self._hold_best(now)
 
     def _forget_growth(self) -> None:
-        """Drops what growing measured: the next growth starts from the limit it finds."""
+        """Drops what growing measured: the next growth starts from the limit it finds
+        (and the limit held after it is probed soon)."""
         self._previous, self._skipped = None, None
         self._measured.clear()
+        self._probe_every = PROBE_EVERY
 
     def _grew(self, previous: tuple[int, float, float], throughput: float, latency: float) -> bool:
         """Whether the last step paid: throughput gained :data:`_GROWTH`, and latency did
@@ -234,38 +270,59 @@ class ConcurrencyTuner:
         return self._set(now, best_limit)
 
     def _hold(self, now: float, throughput: float) -> bool:
+        if self._ceiling:
+            return self._near_ceiling(now)
         reference, reference_latency = self._reference, self._reference_latency
         if reference == 0.0 or reference_latency == 0.0:
             self._reference = throughput if reference == 0.0 else reference
             self._reference_latency = self._mean_latency
             return self._set(now, self.limit)
         latency = self._mean_latency
-        if (
-            abs(throughput - reference) > _MOVED * reference
-            or abs(latency - reference_latency) > _MOVED * reference_latency
-        ):
-            self._phase = "start"
+        moved = max(
+            abs(throughput - reference) / reference,
+            abs(latency - reference_latency) / reference_latency,
+        )
+        drifted, self._drifted = self._drifted, moved > _DRIFTED
+        if moved > _MOVED or (drifted and self._drifted):
+            self._phase, self._drifted = "start", False
             self._forget_growth()
             return self._start(now, throughput, latency)
+        if self._drifted:  # once: noise, or the first of a change (not folded in yet)
+            return self._set(now, self.limit)
         self._reference = 0.75 * reference + 0.25 * throughput
         self._reference_latency = 0.75 * reference_latency + 0.25 * latency
         self._held_for += 1
-        if self._held_for < PROBE_EVERY:
+        if self._held_for < self._probe_every:
             return self._set(now, self.limit)
         self._held = (self.limit, self._reference)
         self._held_for = 0
+        self._up_failed = False
         if self._cooldown or self.limit >= self.most:
             return self._probe_down(now)
         self._phase = "up"
         return self._set(now, math.ceil(self.limit * _PROBE_UP))
+
+    def _near_ceiling(self, now: float) -> bool:
+        """After a throttle: the limit grows by 5 % an interval, once the cooldown is over,
+        until the next throttle (or until the ceiling is gone: probes again)."""
+        if self._cooldown:
+            return self._set(now, self.limit)
+        self._ceiling -= 1
+        if not self._ceiling:  # no throttle for a while: hold, measured afresh, and probe
+            self._reference = self._reference_latency = 0.0
+            self._held_for = 0
+            return self._set(now, self.limit)
+        return self._set(now, self.limit + max(1, self.limit // _CEILING_STEP))
 
     def _probed_up(self, now: float, throughput: float) -> bool:
         assert self._held is not None
         if throughput >= self._held[1] * _KEEP_UP:
             self._phase, self._reference = "hold", throughput
             self._reference_latency = 0.0  # measured again at the new limit
+            self._probe_every = PROBE_EVERY
             self._held_for = PROBE_EVERY - 1  # and probe further at once
             return self._set(now, self.limit)
+        self._up_failed = True
         return self._probe_down(now)
 
     def _probe_down(self, now: float) -> bool:
@@ -273,6 +330,7 @@ class ConcurrencyTuner:
         lower = math.floor(self._held[0] * _PROBE_DOWN)
         if lower < self.least or lower == self._held[0]:
             self._phase = "hold"
+            self._probe_less()
             return self._set(now, self._held[0])
         self._phase = "down"
         return self._set(now, lower)
@@ -285,15 +343,29 @@ class ConcurrencyTuner:
             # The held throughput stays the reference: lower limits kept one after the
             # other, each "under 2 %" off the last, must not add up to a large loss.
             self._reference = self._held[1]
+            self._probe_every = PROBE_EVERY
             return self._set(now, self.limit)
         self._reference = self._held[1]
+        self._probe_less()
         return self._set(now, self._held[0])
+
+    def _probe_less(self) -> None:
+        """Probes found nothing: after a probe upward that failed, the next waits twice as
+        long (see the module docstring). A round with no probe upward (a throttle's
+        cooldown, the limit at its most) does not count: the limit may be low for a reason
+        gone by the next round."""
+        if self._up_failed:
+            self._probe_every = min(MOST_PROBE_EVERY, 2 * self._probe_every)
+        self._up_failed = False
 
     def _set(self, now: float, limit: int) -> bool:
         """Starts a new interval at ``limit``; whether that is a change."""
         limit = min(self.most, max(self.least, limit))
         changed = limit != self.limit
         self.limit = limit
+        if changed:
+            self._drifted = False  # a drift is a change at one limit
+            self._again = False
         # Reads started under the old limit finish within about one latency: not measured.
         self._begun = now + (self._mean_latency if changed else 0.0)
         self._items, self._latency = 0, 0.0

@@ -554,15 +554,12 @@ async def _main(
     connections: set[asyncio.Task[Any]] = set()
 
     def accept_all() -> None:
-        # Every connection waiting, at each wake-up. uvloop's own accept, with the loop
-        # this busy, left hundreds of connections queued in the kernel for seconds: their
-        # requests starved while the rest were served, a stall no real store shows.
+        # Every connection waiting, at each wake-up: uvloop's own accept, the loop busy,
+        # left hundreds queued in the kernel for seconds (their requests starved).
         while True:
             try:
                 connection, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # the client gave up before it was accepted (or out of files)
+            except OSError:  # none waiting (BlockingIOError), or the client gave up
                 return
             connection.setblocking(False)
             task = loop.create_task(loop.connect_accepted_socket(server, connection))

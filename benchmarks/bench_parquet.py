@@ -41,6 +41,7 @@ import obstore
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from parquet_floor import cores_used, floor_epoch
 from parquet_profile import batch_path, epoch_phases, print_table
 
 from aioload import DataLoader
@@ -254,6 +255,68 @@ def main() -> None:
             print(f"{name} / torch: {medians[name] / baseline:.1f}x (target >= 10x)")
 
 
+def print_floor(keys: list[str], server: SeaweedFS, repeat: int, make: Callable[[], Any]) -> None:
+    """Where the epoch's time and the two cores go: ``read_table``, the bare pipeline
+    (:mod:`parquet_floor`) and aioload's epoch, taking turns, ``repeat`` rounds after an
+    untimed one; medians of the clock, CPU summed over the rounds."""
+    store, prefix = open_store(server.url, storage_options=server.storage_options)
+    keys = [prefix + key for key in keys]
+    fs = arrow_fs(server)
+    paths = [f"{server.bucket}/{key}" for key in keys]
+
+    def aioload_epoch(batch: int, threaded: bool) -> Callable[[], Callable[[], int]]:
+        def prepare() -> Callable[[], int]:
+            # Made before the clock starts, as read_table's filesystem and the floor's
+            # store are: the epoch reads the footers and the data.
+            loader = DataLoader(make(), batch_size=batch)
+            if threaded:
+                return lambda: sum(len(b["c0"]) for b in loader)
+
+            async def epoch() -> int:
+                return sum([len(b["c0"]) async for b in loader])
+
+            return lambda: asyncio.run(epoch())
+
+        return prepare
+
+    def floor(batch: int, threaded: bool, whole: bool) -> Callable[[], Callable[[], int]]:
+        return lambda: lambda: floor_epoch(store, keys, batch, threaded=threaded, whole=whole)
+
+    cases: dict[str, Callable[[], Callable[[], Any]]] = {
+        "read_table (pyarrow's S3 client, threads)": lambda: (
+            lambda: pq.read_table(paths, filesystem=fs)
+        ),
+    }
+    for batch in (BATCH, 4096):
+        for threaded in (True, False):
+            how = f"batch {batch}, {'for' if threaded else 'async for'}"
+            cases[f"floor, {how}, footers then files"] = floor(batch, threaded, False)
+            cases[f"floor, {how}, whole files at once"] = floor(batch, threaded, True)
+            cases[f"aioload, {how}"] = aioload_epoch(batch, threaded)
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [0.0, 0.0] for name in cases}
+    pid = server.pid
+    assert pid is not None
+    for turn in range(repeat + 1):
+        for name, prepare in cases.items():
+            wall, own, served = cores_used(prepare(), pid)
+            if turn:
+                walls[name].append(wall)
+                cpu[name][0] += own
+                cpu[name][1] += served
+    table = statistics.median(walls[next(iter(cases))])
+    print("\nthe floor and the cores: ms on the clock (median), CPU ms a run (mean)")
+    print(f"{'epoch':<48} {'clock':>7} {'vs table':>9} {'own CPU':>8} {'server':>7} {'cores':>6}")
+    for name, times in walls.items():
+        wall = statistics.median(times)
+        own, served = (value / repeat for value in cpu[name])
+        cores = (own + served) / statistics.mean(times)
+        print(
+            f"{name:<48} {wall * 1e3:>7.1f} {table / wall:>8.2f}x {own * 1e3:>8.1f} "
+            f"{served * 1e3:>7.1f} {cores:>6.2f}"
+        )
+
+
 def profile(repeat: int) -> None:
     """The iterable epoch's stages (see :mod:`parquet_profile`), at batch 256 and 4096."""
     with SeaweedFS(bucket="bench-parquet") as server:
@@ -274,6 +337,7 @@ def profile(repeat: int) -> None:
         def make() -> IterableParquetDataset:
             return IterableParquetDataset(urls, storage_options=options)
 
+        print_floor(keys, server, repeat, make)
         for batch in (BATCH, 4096):
             rows = epoch_phases(make, batch, repeat)
             print_table(f"the epoch, batch {batch}, for, 0 workers (medians)", rows, "ms")

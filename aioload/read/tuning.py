@@ -297,7 +297,7 @@ class ConcurrencyTuner:
         self._held = (self.limit, self._reference)
         self._held_for = 0
         self._up_failed = False
-        if self._cooldown or self.limit >= self.most:
+        if self.limit >= self.most:
             return self._probe_down(now)
         self._phase = "up"
         return self._set(now, math.ceil(self.limit * _PROBE_UP))
@@ -351,9 +351,8 @@ class ConcurrencyTuner:
 
     def _probe_less(self) -> None:
         """Probes found nothing: after a probe upward that failed, the next waits twice as
-        long (see the module docstring). A round with no probe upward (a throttle's
-        cooldown, the limit at its most) does not count: the limit may be low for a reason
-        gone by the next round."""
+        long (see the module docstring). A round with no probe upward (the limit at its
+        most) does not count: it did not look for a knee."""
         if self._up_failed:
             self._probe_every = min(MOST_PROBE_EVERY, 2 * self._probe_every)
         self._up_failed = False

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from aioload.read.tuning import ConcurrencyTuner
+from aioload.read.tuning import LEAST_HOLD_INTERVAL, THROTTLE_COOLDOWN, ConcurrencyTuner
 
 
 @dataclass
@@ -171,6 +171,30 @@ def test_a_limit_that_holds_nothing_back_is_not_raised() -> None:
     assert tuner.changes == 0
 
 
+def test_a_limit_grown_past_the_reads_really_in_flight_goes_back_to_the_best() -> None:
+    # 300 reads at most are in flight (a stall through one client, or a consumer that
+    # binds): a growth step to 512 is followed by the best limit measured below it (and
+    # probes up to the 300), not held because "it holds nothing back".
+    store = Store(latency=0.02, capacity=1e9)
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    run = simulate(tuner, store, 10.0, demand=300)
+    assert 512 in run.limits
+    assert max(run.limits[len(run.limits) // 4 :]) < 400
+
+
+def test_the_lowest_limit_near_the_best_is_held_after_growing() -> None:
+    # Flat past the knee (400 in flight), with a throughput that still rises a little
+    # (0.1 % from 512 to 1,024): growth stops at 1,024 and holds 512, not the highest
+    # limit on a lead inside the noise (before the probes: 1.5 s).
+    class Flat(Store):
+        def read_latency(self, in_flight: int) -> float:
+            return max(self.latency, in_flight / (20_000 * (1 + in_flight / 400_000)))
+
+    tuner = ConcurrencyTuner(most=4096, start=16)
+    simulate(tuner, Flat(latency=0.02), 1.5)
+    assert tuner.limit == 512
+
+
 def test_the_limit_stays_within_its_bounds() -> None:
     store = Store(latency=0.01, capacity=1e9)  # more in flight always pays
     tuner = ConcurrencyTuner(most=64, least=4, start=1)
@@ -190,6 +214,28 @@ def test_throttles_answered_for_reads_sent_before_a_cut_cut_once() -> None:
     assert not tuner.throttled(0.02)  # within one latency of the cut
     assert tuner.limit == 850 and tuner.throttles == 2
     assert tuner.throttled(0.2) and tuner.limit == 722
+
+
+def finish(tuner: ConcurrencyTuner, now: float, count: int, latency: float) -> float:
+    """``count`` reads of ``latency`` ending one after the other from ``now``; the time after."""
+    for _ in range(count):
+        now += latency / tuner.limit
+        tuner.finished(now, latency)
+    return now
+
+
+def test_after_a_throttle_and_its_cooldown_the_limit_goes_back_near_the_throttled_one() -> None:
+    # A throttle at 1,000: cut to 850, and after the cooldown back at 95 % of 1,000 at
+    # once, not growing 5 % an interval from 850.
+    tuner = ConcurrencyTuner(most=4096, start=1000)
+    now = finish(tuner, 0.0, 1, 0.05)
+    tuner.throttled(now)
+    assert tuner.limit == 850
+    cut, changes = now, tuner.changes
+    while tuner.changes == changes:
+        now = finish(tuner, now, 1, 0.05)
+    assert tuner.limit == 950
+    assert now - cut >= THROTTLE_COOLDOWN * LEAST_HOLD_INTERVAL
 
 
 def test_bad_bounds_are_refused() -> None:

@@ -19,7 +19,7 @@ measured, so that the new limit has filled):
   gains at least 15 % throughput: it doubles, and quadruples while a step gained nearly in
   proportion (the store is far from its knee: at 80 ms from 16, four doublings become
   two). A quadrupling that gains nothing is followed by the doubling it skipped, and the
-  limit that measured the best throughput is held. A step that gave
+  lowest limit that measured within 5 % of the best throughput is held. A step that gave
   less than the smaller limit before it is measured once more first: one stalled
   interval (new connections opening, the collector) must not decide where growth stops;
 - **hold**: every :data:`PROBE_EVERY` intervals it probes 25 % more; a probe that gains
@@ -104,7 +104,9 @@ _PROPORTIONAL = 0.8  # a step that gained this share of its factor: the knee is 
 _PROBE_UP, _PROBE_DOWN = 1.25, 0.8
 _KEEP_UP, _KEEP_DOWN = 1.03, 0.98
 _THROTTLE_CUT = 85  # percent of the limit kept at a throttle
+_REGAIN = 95  # percent of the throttled limit gone back to after the cooldown
 _CEILING_STEP = 20  # near a ceiling the limit grows by 1/20 (5 %) an interval
+_NEAR_BEST = 0.95  # after growing: the lowest limit with this share of the best throughput
 _NOT_BINDING = 0.6  # Little's law's in-flight items below this share of the limit
 _MOVED = 0.5  # a held limit's throughput or latency off by this share: the store changed
 _DRIFTED = 0.25  # off by this share in two intervals running: the store changed too
@@ -143,7 +145,6 @@ class ConcurrencyTuner:
         self._begun: float | None = None  # the interval's start (None: at the next item)
         self._items = 0
         self._latency = 0.0  # summed over the interval's items
-        self._throttled = 0
         self._mean_latency = 0.0
         self._previous: tuple[int, float, float] | None = None  # the last step's (limit, X, L)
         self._skipped: int | None = None  # the doubling a quadrupling skipped, to try
@@ -157,6 +158,7 @@ class ConcurrencyTuner:
         self._again = False  # this growth step is being measured a second time
         self._up_failed = False  # the probe upward of this round gained nothing
         self._cooldown = 0
+        self._throttled_at = 0  # the limit the last cut was from (0: gone back near it)
         self._ceiling = 0  # intervals of growth left before a throttle's ceiling is gone
 
     def finished(self, now: float, latency: float) -> bool:
@@ -190,6 +192,7 @@ class ConcurrencyTuner:
             return False  # answers to reads sent before the last cut: cut already
         self._cooldown = THROTTLE_COOLDOWN
         self._ceiling = CEILING_INTERVALS
+        self._throttled_at = self.limit
         self._phase = "hold"
         self._held = None
         self._held_for = 0
@@ -214,6 +217,11 @@ class ConcurrencyTuner:
 
     def _start(self, now: float, throughput: float, latency: float) -> bool:
         if throughput * latency < _NOT_BINDING * self.limit:
+            if self._measured:
+                # Grown into a limit whose reads are not all in flight: a stall (thousands
+                # of reads through one client) or a consumer that binds. Neither is helped
+                # by more; holding it kept a loader at 2,048 through a 10-second stall.
+                return self._hold_best(now)
             self._forget_growth()
             return self._set(now, self.limit)  # not what holds reads back: measure again
         self._measured[self.limit] = throughput
@@ -257,12 +265,15 @@ class ConcurrencyTuner:
         return throughput >= previous[1] * _GROWTH and latency * _GROWTH <= previous[2] * step
 
     def _hold_best(self, now: float) -> bool:
-        """Holds the limit that measured the best throughput while growing. Not a higher
-        one that came close: measured over a short interval, a limit far above the knee can
-        look as good and then stall when held (thousands of reads in flight through one
-        client: a benchmark run at 80 ms that held 2,048 got 0.68x of what 1,024 gives);
-        a limit a little below the knee is found by the probes upward."""
-        best_limit = max(self._measured, key=self._measured.__getitem__)
+        """Holds the lowest limit that measured within :data:`_NEAR_BEST` of the best
+        throughput while growing. Past the knee, throughputs measured over short intervals
+        differ by noise alone, and a limit far above it only queues reads (thousands of
+        them in flight through one client stall it: benchmark runs at 80 ms held 2,048 on
+        a 2 % lead over 1,024, or on a higher limit within 5 % of the best, and got
+        0.68-0.8x of what 1,024 gives); a limit a little below the knee is found by the
+        probes upward."""
+        best = max(self._measured.values())
+        best_limit = min(limit for limit, x in self._measured.items() if x >= _NEAR_BEST * best)
         self._phase = "hold"
         self._reference, self._held_for = self._measured[best_limit], 0
         self._reference_latency = 0.0
@@ -284,9 +295,11 @@ class ConcurrencyTuner:
         )
         drifted, self._drifted = self._drifted, moved > _DRIFTED
         if moved > _MOVED or (drifted and self._drifted):
+            # Growth starts again from a fresh measure at this limit: this interval's
+            # straddles the change, and a step from it would be measured against a mix.
             self._phase, self._drifted = "start", False
             self._forget_growth()
-            return self._start(now, throughput, latency)
+            return self._set(now, self.limit)
         if self._drifted:  # once: noise, or the first of a change (not folded in yet)
             return self._set(now, self.limit)
         self._reference = 0.75 * reference + 0.25 * throughput
@@ -303,10 +316,17 @@ class ConcurrencyTuner:
         return self._set(now, math.ceil(self.limit * _PROBE_UP))
 
     def _near_ceiling(self, now: float) -> bool:
-        """After a throttle: the limit grows by 5 % an interval, once the cooldown is over,
-        until the next throttle (or until the ceiling is gone: probes again)."""
+        """After a throttle: once the cooldown is over, the limit goes back to 95 % of the
+        one the store throttled, and grows by 5 % an interval from there until the next
+        throttle (or until the ceiling is gone: probes again). The cut drains what the
+        store queued or refused; the limit it was cut from was throttled, but most of the
+        way up to it was not: growing back 5 % an interval from 85 % spent most of each
+        throttle's cycle below the cap."""
         if self._cooldown:
             return self._set(now, self.limit)
+        regain, self._throttled_at = self._throttled_at * _REGAIN // 100, 0
+        if regain > self.limit:
+            return self._set(now, regain)
         self._ceiling -= 1
         if not self._ceiling:  # no throttle for a while: hold, measured afresh, and probe
             self._reference = self._reference_latency = 0.0
